@@ -1,0 +1,39 @@
+"""eager: a MegEngine/PyTorch-style eager training framework on jax arrays.
+
+>>> import eager as eg
+>>> import eager.functional as F
+>>> F.softmax(eg.tensor([[1.0, 1.0]]), axis=1).numpy().tolist()
+[[0.5, 0.5]]
+
+Every op is one pure jax function in the registry (`eager.ops.OPS`); the eager call runs its cached
+jitted version and the backward its cached jitted vjp. `eager.hooks` is the documented surface a
+capture (the `partial` package) uses to observe eager execution.
+"""
+
+from . import autodiff, functional, hooks, module, optimizer, random
+from .autodiff import Function, GradManager, no_grad
+from .creation import (
+    arange,
+    eye,
+    from_dlpack,
+    full,
+    full_like,
+    ones,
+    ones_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from .device import get_default_device, set_default_device
+from .errors import BackwardError, CheckpointError, DeviceError, EagerError
+from .ops import OPS, Op, defop
+from .serialization import load, save
+from .tensor import Parameter, Tensor, apply, read, rebind
+
+__all__ = [
+    "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "eye",
+    "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
+    "set_default_device", "random", "functional", "module", "optimizer", "autodiff", "hooks",
+    "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS", "Op", "defop",
+    "EagerError", "BackwardError", "CheckpointError", "DeviceError",
+]

@@ -1,0 +1,208 @@
+"""Autodiff front-end: `GradManager` (MegEngine's), custom `Function` nodes and `no_grad`.
+
+>>> import eager as eg
+>>> from eager.autodiff import GradManager
+>>> w = eg.Parameter([1.0, 2.0])
+>>> gm = GradManager().attach([w])
+>>> with gm:
+...     loss = (w * w).sum()
+...     gm.backward(loss)
+>>> w.grad.numpy().tolist()
+[2.0, 4.0]
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import tape
+from .errors import BackwardError
+from .tensor import Tensor, _wrap, read
+
+Callback = Callable[[Tensor, Tensor], Tensor]
+
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Ops inside the block are not recorded, even while a GradManager records."""
+    tape.STATE.paused += 1
+    try:
+        yield
+    finally:
+        tape.STATE.paused -= 1
+
+
+def _as_list(x: Any) -> list:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+class GradManager:
+    """Records the operations on attached tensors and computes their gradients.
+
+    Attach tensors (parameters, or any tensor you want a gradient for) with `attach`; ops on them
+    are recorded while the manager records (`record()` ... `release()`, or `with gm:`).
+    `backward(y, dy)` computes the gradients, passes each through the tensor's callbacks in order,
+    accumulates the result into `tensor.grad`, frees the recorded graph and stops recording.
+    """
+
+    def __init__(self) -> None:
+        self._attached: dict[int, tuple[Tensor, list[Callback]]] = {}
+        self._recording = False
+
+    def attach(self, tensors: Tensor | Iterable[Tensor],
+               callbacks: Callback | Sequence[Callback] | None = None) -> GradManager:
+        """Track `tensors` (a Tensor or a list); `callbacks(tensor, grad) -> grad` run in order
+        on each gradient before it is accumulated. Returns self."""
+        for t in _as_list(tensors) if not isinstance(tensors, Tensor) else [tensors]:
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"GradManager.attach takes Tensors, got {type(t).__name__}: {t!r:.60}")
+            entry = self._attached.get(id(t))
+            if entry is None:
+                self._attached[id(t)] = (t, list(_as_list(callbacks)))
+                if self._recording:
+                    t._tracked += 1
+            else:
+                entry[1].extend(_as_list(callbacks))
+        return self
+
+    def attached_tensors(self) -> list[Tensor]:
+        """The attached tensors, in attach order."""
+        return [t for t, _ in self._attached.values()]
+
+    def record(self) -> None:
+        """Start recording operations on attached tensors."""
+        if self._recording:
+            raise BackwardError("GradManager.record() called while it is already recording")
+        self._recording = True
+        tape.STATE.recording += 1
+        for t, _ in self._attached.values():
+            t._tracked += 1
+
+    def release(self) -> None:
+        """Stop recording (idempotent). Graph nodes die with the tensors that hold them."""
+        if not self._recording:
+            return
+        self._recording = False
+        tape.STATE.recording -= 1
+        for t, _ in self._attached.values():
+            t._tracked -= 1
+
+    def __enter__(self) -> GradManager:
+        self.record()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def backward(self, y: Tensor | Sequence[Tensor] | None = None,
+                 dy: Tensor | Sequence[Tensor] | None = None) -> None:
+        """Accumulate d(y)/d(attached) into each attached tensor's `.grad`, weighting by `dy`.
+
+        `dy` may be omitted only when each `y` has exactly one element (it is then 1).
+        """
+        if not self._recording:
+            raise BackwardError(
+                "GradManager.backward() needs a recording manager: call it inside `with gm:` "
+                "or between gm.record() and gm.release()"
+            )
+        ys, dys = _as_list(y), _as_list(dy)
+        if dys and len(dys) != len(ys):
+            raise ValueError(f"backward got {len(ys)} outputs but {len(dys)} output gradients")
+        try:
+            cts = [self._cotangent(t, dys[i] if dys else None) for i, t in enumerate(ys)]
+            leaves = tape.backward(ys, cts)
+            self._accumulate(leaves)
+        finally:
+            self.release()
+
+    @staticmethod
+    def _cotangent(y: Tensor, dy: Any) -> Any:
+        if not isinstance(y, Tensor):
+            raise TypeError(f"backward expects Tensors, got {type(y).__name__}")
+        if dy is None:
+            if y.size != 1:
+                raise ValueError(
+                    f"backward(y) without dy needs a one-element y, got shape {y.shape}; "
+                    "pass dy (e.g. eg.ones_like(y)) or reduce y to a scalar first"
+                )
+            return jnp.ones(y.shape, y.dtype)
+        ct = read(dy) if isinstance(dy, Tensor) else jnp.asarray(np.asarray(dy), y.dtype)
+        if tuple(ct.shape) != y.shape:
+            raise ValueError(f"dy has shape {tuple(ct.shape)} but y has shape {y.shape}")
+        return ct
+
+    def _accumulate(self, leaves: dict[int, list]) -> None:
+        for key, (t, callbacks) in self._attached.items():
+            found = leaves.get(key)
+            if found is None or found[0] is not t:
+                continue
+            grad = _wrap(found[1])
+            with no_grad():
+                for cb in callbacks:
+                    grad = cb(t, grad)
+                t.grad = grad if t.grad is None else t.grad + grad
+
+
+class Function:
+    """A custom grad node: subclass with `forward(self, *inputs)` and `backward(self, *grads)`.
+
+    `forward` runs without recording and returns a Tensor or a tuple of Tensors; `backward`
+    receives one gradient per output (zeros for outputs that got none) and returns one gradient
+    (or None) per input. State for the backward can be kept on `self`.
+
+    >>> import eager as eg
+    >>> class Square(Function):
+    ...     def forward(self, x):
+    ...         self.x = x
+    ...         return x * x
+    ...     def backward(self, dy):
+    ...         return 2 * self.x * dy
+    >>> Square()(eg.tensor(3.0)).item()
+    9.0
+    """
+
+    def forward(self, *inputs: Any) -> Any:
+        raise NotImplementedError
+
+    def backward(self, *output_grads: Tensor) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, *inputs: Any) -> Any:
+        with no_grad():
+            result = self.forward(*inputs)
+        single = isinstance(result, Tensor)
+        outs = tuple(_wrap(read(o)) for o in ((result,) if single else result))
+        mask = [
+            i for i, x in enumerate(inputs)
+            if isinstance(x, Tensor) and (x._node is not None or x._tracked)
+            and x.dtype.kind in "fc"
+        ]
+        if tape.is_recording() and mask:
+            node = tape.Node(
+                type(self).__name__,
+                lambda cts: self._pullback(cts, mask, len(inputs)),
+                [tape.parent_of(inputs[i]) for i in mask],
+                [(o._data.shape, o._data.dtype) for o in outs],
+            )
+            for i, o in enumerate(outs):
+                o._node, o._out_idx = node, i
+        return outs[0] if single else outs
+
+    def _pullback(self, cts: Sequence, mask: Sequence[int], n_inputs: int) -> list:
+        with no_grad():
+            grads = self.backward(*(_wrap(c) for c in cts))
+        grads = [grads] if isinstance(grads, Tensor) or grads is None else list(grads)
+        if len(grads) != n_inputs:
+            raise BackwardError(
+                f"{type(self).__name__}.backward returned {len(grads)} gradients for "
+                f"{n_inputs} inputs; return one per input (None where there is none)"
+            )
+        return [None if grads[i] is None else read(grads[i]) for i in mask]

@@ -1,0 +1,221 @@
+"""Layers with parameters: Linear, convolutions, normalization, Embedding, attention."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import functional as F
+from ..creation import ones, zeros
+from ..tensor import Parameter, Tensor
+from . import init
+from .module import Module
+
+
+def _tuple(v: int | Sequence[int], n: int) -> tuple[int, ...]:
+    return (int(v),) * n if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+
+
+def _param(shape: Sequence[int], fan_in: int) -> Parameter:
+    p = Parameter(zeros(shape))
+    init.fan_in_uniform_(p, fan_in)
+    return p
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, weight (out_features, in_features), PyTorch-default init."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = _param((out_features, in_features), in_features)
+        self.bias = _param((out_features,), in_features) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def _extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
+
+
+class _ConvNd(Module):
+    _n = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{type(self).__name__}: channels {in_channels} -> {out_channels} "
+                             f"are not divisible by groups={groups}")
+        n = self._n
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size, self.stride = _tuple(kernel_size, n), _tuple(stride, n)
+        self.padding, self.dilation = _tuple(padding, n), _tuple(dilation, n)
+        shape, fan_in = self._weight_shape()
+        self.weight = _param(shape, fan_in)
+        self.bias = _param((out_channels,), fan_in) if bias else None
+
+    def _weight_shape(self) -> tuple[tuple[int, ...], int]:
+        cin_g = self.in_channels // self.groups
+        return (self.out_channels, cin_g, *self.kernel_size), cin_g * math.prod(self.kernel_size)
+
+    def _extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution over (N, C, L); weight (out, in/groups, k)."""
+
+    _n = 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution over NCHW; weight (out, in/groups, kh, kw)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+
+class ConvTranspose2d(_ConvNd):
+    """Transposed 2-d convolution over NCHW; weight (in, out/groups, kh, kw)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, output_padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                 bias: bool = True):
+        self.output_padding = _tuple(output_padding, 2)
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias)
+
+    def _weight_shape(self) -> tuple[tuple[int, ...], int]:
+        cout_g = self.out_channels // self.groups
+        return (self.in_channels, cout_g, *self.kernel_size), cout_g * math.prod(self.kernel_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.dilation, self.groups)
+
+
+class _BatchNorm(Module):
+    _ndims: tuple[int, ...] = (4,)
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
+                 affine: bool = True, track_running_stats: bool = True):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        self.weight = Parameter(ones(num_features)) if affine else None
+        self.bias = Parameter(zeros(num_features)) if affine else None
+        self.running_mean = zeros(num_features) if track_running_stats else None
+        self.running_var = ones(num_features) if track_running_stats else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim not in self._ndims:
+            dims = " or ".join(map(str, self._ndims))
+            raise ValueError(f"{type(self).__name__} expects a {dims}-d input, got shape {x.shape}")
+        return F.batch_norm(
+            x, self.running_mean, self.running_var, self.weight, self.bias,
+            training=self.training or not self.track_running_stats,
+            momentum=self.momentum, eps=self.eps,
+        )
+
+    def _extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+class BatchNorm1d(_BatchNorm):
+    """BatchNorm over (N, C) or (N, C, L); MegEngine momentum, as BatchNorm2d."""
+
+    _ndims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """BatchNorm over NCHW; MegEngine momentum (running = m*running + (1-m)*batch)."""
+
+
+class LayerNorm(Module):
+    """Normalization over the trailing `normalized_shape` axes, with weight and bias."""
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+                 affine: bool = True):
+        super().__init__()
+        self.normalized_shape = _tuple(normalized_shape, 1)
+        self.eps, self.affine = eps, affine
+        self.weight = Parameter(ones(self.normalized_shape)) if affine else None
+        self.bias = Parameter(zeros(self.normalized_shape)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.affine, self.weight, self.bias, self.eps)
+
+
+class GroupNorm(Module):
+    """Normalization over groups of channels of an (N, C, ...) input."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        super().__init__()
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            num_groups, num_channels, eps, affine)
+        self.weight = Parameter(ones(num_channels)) if affine else None
+        self.bias = Parameter(zeros(num_channels)) if affine else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.group_norm(x, self.num_groups, self.affine, self.weight, self.bias, self.eps)
+
+
+class Embedding(Module):
+    """A lookup table of `num_embeddings` vectors of size `embedding_dim`, initialized N(0, 1)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(zeros((num_embeddings, embedding_dim)))
+        init.normal_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.embedding(x, self.weight)
+
+
+class MultiHeadAttention(Module):
+    """Multi-head attention with PyTorch's parameter names (`in_proj_weight`, `out_proj`).
+
+    Inputs are (L, N, E), or (N, L, E) with `batch_first=True`. Returns `(output, None)`, as
+    PyTorch and MegEngine do with `need_weights=False`.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 batch_first: bool = False):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.batch_first = batch_first
+        self.in_proj_weight = _param((3 * embed_dim, embed_dim), embed_dim)
+        self.in_proj_bias = Parameter(zeros(3 * embed_dim)) if bias else None
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+
+    def forward(self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None,
+                attn_mask: Tensor | None = None, is_causal: bool = False) -> tuple[Tensor, None]:
+        key = query if key is None else key
+        value = key if value is None else value
+        if not self.batch_first:
+            query, key, value = (t.transpose(1, 0, 2) for t in (query, key, value))
+        w = F.split(self.in_proj_weight, 3)
+        b = F.split(self.in_proj_bias, 3) if self.in_proj_bias is not None else [None] * 3
+        q, k, v = (self._heads(F.linear(t, wi, bi)) for t, wi, bi in zip((query, key, value), w, b))
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask, self.dropout, is_causal,
+                                           training=self.training)
+        n, h, length, d = o.shape
+        out = self.out_proj(o.transpose(0, 2, 1, 3).reshape(n, length, h * d))
+        return (out if self.batch_first else out.transpose(1, 0, 2)), None
+
+    def _heads(self, t: Tensor) -> Tensor:
+        n, length, e = t.shape
+        return t.reshape(n, length, self.num_heads, e // self.num_heads).transpose(0, 2, 1, 3)

@@ -1,0 +1,165 @@
+"""`Module`: parameters, buffers and sub-modules found from attributes, with dotted names.
+
+Attributes are scanned in the order they were set; Tensors and Modules inside lists, tuples and
+dicts count too (named `attr.0`, `attr.key`). A `Parameter` is a parameter, any other Tensor a
+buffer. Setting a Tensor or Module attribute bumps `structure_version`, which a capture guards on.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from .. import hooks
+from ..tensor import Parameter, Tensor, rebind
+
+
+def _is_state(v: Any) -> bool:
+    return isinstance(v, (Tensor, Module))
+
+
+class Module:
+    """Base class of layers and models: subclass it and define `forward`.
+
+    >>> import eager as eg, eager.module as M
+    >>> net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 2))
+    >>> [name for name, _ in net.named_parameters()]
+    ['0.weight', '0.bias', '2.weight', '2.bias']
+    >>> net(eg.ones((3, 4))).shape
+    (3, 2)
+    """
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "structure_version", 0)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        old = self.__dict__.get(name)
+        if _is_state(value) or _is_state(old) or isinstance(value, (list, tuple, dict)):
+            version = self.__dict__.get("structure_version", 0) + 1
+            object.__setattr__(self, "structure_version", version)
+        object.__setattr__(self, name, value)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if hooks.active is not None:
+            hooks.active.module_call(self)
+        return self.forward(*args, **kwargs)
+
+    # ----- discovery ------------------------------------------------------------------------
+    def _items(self) -> Iterator[tuple[str, Any]]:
+        """(dotted name, Tensor or Module) for the direct attributes, lists and dicts expanded."""
+        for name, value in self.__dict__.items():
+            yield from _expand(name, value)
+
+    def named_children(self) -> Iterator[tuple[str, Module]]:
+        for name, v in self._items():
+            if isinstance(v, Module):
+                yield name, v
+
+    def children(self) -> list[Module]:
+        return [m for _, m in self.named_children()]
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        seen: set[int] = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, m = stack.pop(0)
+            if id(m) in seen:
+                continue
+            seen.add(id(m))
+            yield name, m
+            stack[:0] = [(f"{name}.{n}" if name else n, c) for n, c in m.named_children()]
+
+    def modules(self) -> list[Module]:
+        return [m for _, m in self.named_modules()]
+
+    def _named_tensors(self, want_params: bool) -> Iterator[tuple[str, Tensor]]:
+        seen: set[int] = set()
+        for prefix, m in self.named_modules():
+            for name, v in m._items():
+                if isinstance(v, Tensor) and isinstance(v, Parameter) == want_params \
+                        and id(v) not in seen:
+                    seen.add(id(v))
+                    yield (f"{prefix}.{name}" if prefix else name), v
+
+    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, Parameter), each parameter once, in attribute order."""
+        return self._named_tensors(True)  # type: ignore[return-value]
+
+    def parameters(self) -> list[Parameter]:
+        """The parameters as a list (so `a.parameters() + b.parameters()` works)."""
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
+        """(dotted name, Tensor) for tensors that are not Parameters (running statistics)."""
+        return self._named_tensors(False)
+
+    def buffers(self) -> list[Tensor]:
+        return [b for _, b in self.named_buffers()]
+
+    # ----- modes and state ------------------------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode on this module and every sub-module; returns self."""
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        """Drop the gradients of every parameter (set `.grad` to None)."""
+        for p in self.parameters():
+            p.grad = None
+
+    def state_dict(self) -> OrderedDict[str, np.ndarray]:
+        """Parameters and buffers as numpy arrays, keyed by dotted name (MegEngine style)."""
+        items = list(self.named_parameters()) + list(self.named_buffers())
+        return OrderedDict((name, t.numpy()) for name, t in items)
+
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
+        """Copy values from `state` (name -> array or Tensor) into the parameters and buffers.
+
+        Shapes must match. With `strict`, missing or unexpected names raise `KeyError`.
+        """
+        own = dict(self.named_parameters()) | dict(self.named_buffers())
+        if strict:
+            missing, unexpected = own.keys() - state.keys(), state.keys() - own.keys()
+            if missing or unexpected:
+                raise KeyError(f"load_state_dict: missing keys {sorted(missing)}, "
+                               f"unexpected keys {sorted(unexpected)}")
+        for name, value in state.items():
+            if name not in own:
+                continue
+            t = own[name]
+            arr = np.asarray(value.numpy() if isinstance(value, Tensor) else value)
+            if arr.shape != t.shape:
+                raise ValueError(f"load_state_dict: {name!r} has shape {arr.shape} in the state "
+                                 f"but {t.shape} in the module")
+            rebind(t, jnp.asarray(arr, dtype=t.dtype))
+
+    def __repr__(self) -> str:
+        kids = "".join(f"\n  ({n}): " + repr(c).replace("\n", "\n  ")
+                       for n, c in self.named_children())
+        return f"{type(self).__name__}({self._extra_repr()}{kids}{chr(10) if kids else ''})"
+
+    def _extra_repr(self) -> str:
+        return ""
+
+
+def _expand(name: str, value: Any) -> Iterator[tuple[str, Any]]:
+    if _is_state(value):
+        yield name, value
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _expand(f"{name}.{i}", v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _expand(f"{name}.{k}", v)

@@ -1,0 +1,201 @@
+"""Neural-network ops: matmul, linear, convolution and pooling (NCHW), normalization, dropout,
+embedding, softmax, attention and losses."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .registry import defop
+
+defop("matmul")(jnp.matmul)
+defop("softmax")(lambda x, *, axis: jax.nn.softmax(x, axis=axis))
+defop("log_softmax")(lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
+defop("embedding")(lambda index, weight: jnp.take(weight, index, axis=0))
+
+
+@defop("linear")
+def linear(x, weight, bias):
+    y = jnp.matmul(x, weight.T)
+    return y if bias is None else y + bias
+
+
+def _channel(v, ndim):
+    """A per-channel vector shaped to broadcast over axis 1 of an N-d activation."""
+    return v.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+_CONV_DIMS = {3: ("NCH", "OIH", "NCH"), 4: ("NCHW", "OIHW", "NCHW")}
+
+
+@defop("conv")
+def conv(x, weight, bias, *, stride, padding, dilation, groups):
+    y = lax.conv_general_dilated(
+        x, weight, window_strides=stride, padding=[(p, p) for p in padding],
+        rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim], feature_group_count=groups,
+    )
+    return y if bias is None else y + _channel(bias, y.ndim)
+
+
+@defop("conv_transpose")
+def conv_transpose(x, weight, bias, *, stride, padding, output_padding, dilation, groups):
+    # The gradient of a convolution: dilate the input by the stride and convolve with the
+    # flipped kernel, whose (in, out/groups) layout is regrouped to (out, in/groups).
+    cin, cout_g, *k = weight.shape
+    w = weight.reshape((groups, cin // groups, cout_g, *k)).swapaxes(1, 2)
+    w = w.reshape((groups * cout_g, cin // groups, *k))[..., ::-1, ::-1]
+    pads = [
+        (d * (kk - 1) - p, d * (kk - 1) - p + op)
+        for kk, p, op, d in zip(k, padding, output_padding, dilation)
+    ]
+    y = lax.conv_general_dilated(
+        x, w, window_strides=(1,) * len(k), padding=pads, lhs_dilation=stride,
+        rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim], feature_group_count=groups,
+    )
+    return y if bias is None else y + _channel(bias, y.ndim)
+
+
+def _window(x, init, reducer, kernel, stride, padding):
+    return lax.reduce_window(
+        x, init, reducer, (1, 1, *kernel), (1, 1, *stride),
+        [(0, 0), (0, 0)] + [(p, p) for p in padding],
+    )
+
+
+@defop("max_pool2d")
+def max_pool2d(x, *, kernel, stride, padding):
+    return _window(x, jnp.array(-jnp.inf, x.dtype), lax.max, kernel, stride, padding)
+
+
+@defop("avg_pool2d")
+def avg_pool2d(x, *, kernel, stride, padding, count_padding):
+    total = _window(x, jnp.array(0, x.dtype), lax.add, kernel, stride, padding)
+    if count_padding:
+        return total / (kernel[0] * kernel[1])
+    ones = jnp.ones((1, 1, *x.shape[2:]), x.dtype)
+    return total / _window(ones, jnp.array(0, x.dtype), lax.add, kernel, stride, padding)
+
+
+def _bins(n_in, n_out):
+    """Row i averages [floor(i*n_in/n_out), ceil((i+1)*n_in/n_out)): PyTorch's adaptive bins."""
+    m = np.zeros((n_out, n_in), np.float32)
+    for i in range(n_out):
+        lo, hi = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
+        m[i, lo:hi] = 1.0 / (hi - lo)
+    return m
+
+
+@defop("adaptive_avg_pool2d")
+def adaptive_avg_pool2d(x, *, out_shape):
+    ph = _bins(x.shape[2], out_shape[0]).astype(x.dtype)
+    pw = _bins(x.shape[3], out_shape[1]).astype(x.dtype)
+    return jnp.einsum("oh,nchw,pw->ncop", ph, x, pw)
+
+
+@defop("batch_norm_train", nondiff_outputs=(1, 2))
+def batch_norm_train(x, weight, bias, *, eps):
+    """Normalize with batch statistics; also return the mean and the unbiased variance."""
+    axes = (0, *range(2, x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    y = _affine((x - mean) * lax.rsqrt(var + eps), weight, bias)
+    n = x.size // x.shape[1]
+    return y, mean.reshape(-1), var.reshape(-1) * (n / max(n - 1, 1))
+
+
+@defop("batch_norm_eval")
+def batch_norm_eval(x, running_mean, running_var, weight, bias, *, eps):
+    mean, var = _channel(running_mean, x.ndim), _channel(running_var, x.ndim)
+    return _affine((x - mean) * lax.rsqrt(var + eps), weight, bias)
+
+
+def _affine(y, weight, bias):
+    if weight is not None:
+        y = y * _channel(weight, y.ndim)
+    if bias is not None:
+        y = y + _channel(bias, y.ndim)
+    return y
+
+
+@defop("running_stats_update", differentiable=False, multi_output=True)
+def running_stats_update(running_mean, running_var, mean, var, *, momentum):
+    """MegEngine's convention: running = momentum * running + (1 - momentum) * batch."""
+    mean, var = mean.reshape(running_mean.shape), var.reshape(running_var.shape)
+    return (momentum * running_mean + (1 - momentum) * mean,
+            momentum * running_var + (1 - momentum) * var)
+
+
+@defop("layer_norm")
+def layer_norm(x, weight, bias, *, n_axes, eps):
+    axes = tuple(range(x.ndim - n_axes, x.ndim))
+    mean = jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
+    y = (x - mean) * lax.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+@defop("group_norm")
+def group_norm(x, weight, bias, *, groups, eps):
+    g = x.reshape((x.shape[0], groups, -1))
+    mean = jnp.mean(g, axis=2, keepdims=True)
+    var = jnp.mean(jnp.square(g - mean), axis=2, keepdims=True)
+    y = ((g - mean) * lax.rsqrt(var + eps)).reshape(x.shape)
+    return _affine(y, weight, bias)
+
+
+@defop("dropout")
+def dropout(x, key, *, drop_prob):
+    keep = jax.random.bernoulli(key, 1.0 - drop_prob, x.shape)
+    return jnp.where(keep, x / (1.0 - drop_prob), jnp.zeros_like(x))
+
+
+@defop("scaled_dot_product_attention")
+def scaled_dot_product_attention(q, k, v, mask, *, is_causal, scale):
+    scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * scale
+    if is_causal:
+        causal = jnp.tril(jnp.ones((q.shape[-2], k.shape[-2]), dtype=bool))
+        scores = jnp.where(causal, scores, -jnp.inf)
+    if mask is not None:
+        scores = jnp.where(mask, scores, -jnp.inf) if mask.dtype == bool else scores + mask
+    return jnp.matmul(jax.nn.softmax(scores, axis=-1), v)
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return jnp.mean(loss)
+    if reduction == "sum":
+        return jnp.sum(loss)
+    return loss
+
+
+def _picked(logp, label, axis):
+    return jnp.squeeze(jnp.take_along_axis(logp, jnp.expand_dims(label, axis), axis=axis), axis)
+
+
+@defop("cross_entropy")
+def cross_entropy(pred, label, *, axis, with_logits, label_smooth, reduction):
+    logp = jax.nn.log_softmax(pred, axis=axis) if with_logits else jnp.log(pred)
+    loss = -_picked(logp, label, axis)
+    if label_smooth:
+        loss = (1 - label_smooth) * loss - label_smooth * jnp.mean(logp, axis=axis)
+    return _reduce(loss, reduction)
+
+
+@defop("nll_loss")
+def nll_loss(logp, label, *, axis, reduction):
+    return _reduce(-_picked(logp, label, axis), reduction)
+
+
+@defop("binary_cross_entropy")
+def binary_cross_entropy(pred, label, *, with_logits, reduction):
+    if with_logits:
+        loss = jnp.maximum(pred, 0) - pred * label + jnp.log1p(jnp.exp(-jnp.abs(pred)))
+    else:
+        loss = -(label * jnp.log(pred) + (1 - label) * jnp.log1p(-pred))
+    return _reduce(loss, reduction)
+
+
+defop("mse_loss")(lambda pred, label, *, reduction: _reduce(jnp.square(pred - label), reduction))
+defop("l1_loss")(lambda pred, label, *, reduction: _reduce(jnp.abs(pred - label), reduction))

@@ -1,0 +1,74 @@
+"""Shape, movement and indexing ops. Shapes, axes and index structure are static attributes."""
+
+import jax
+import jax.numpy as jnp
+
+from .registry import defop
+
+defop("reshape")(lambda x, *, shape: jnp.reshape(x, shape))
+defop("transpose")(lambda x, *, axes: jnp.transpose(x, axes))
+defop("expand_dims")(lambda x, *, axis: jnp.expand_dims(x, axis))
+defop("squeeze")(lambda x, *, axis: jnp.squeeze(x, axis))
+defop("broadcast_to")(lambda x, *, shape: jnp.broadcast_to(x, shape))
+defop("concat")(lambda *xs, axis: jnp.concatenate(xs, axis=axis))
+defop("stack")(lambda *xs, axis: jnp.stack(xs, axis=axis))
+defop("split", multi_output=True)(lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis)))
+defop("tile")(lambda x, *, reps: jnp.tile(x, reps))
+defop("repeat")(lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
+defop("one_hot", differentiable=False)(
+    lambda x, *, num_classes, dtype: jax.nn.one_hot(x, num_classes, dtype=dtype)
+)
+
+
+@defop("pad")
+def pad(x, *, pad_width, mode, constant_value):
+    if mode == "constant":
+        return jnp.pad(x, pad_width, mode="constant", constant_values=constant_value)
+    return jnp.pad(x, pad_width, mode=mode)
+
+
+def _fit_to(x, index, axis):
+    """Trim `x` to `index`'s extent on every axis but `axis` (PyTorch gather/scatter rule)."""
+    return x[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(index.shape))]
+
+
+@defop("gather")
+def gather(x, index, *, axis):
+    return jnp.take_along_axis(_fit_to(x, index, axis), index, axis=axis)
+
+
+@defop("scatter")
+def scatter(x, index, src, *, axis):
+    return jnp.put_along_axis(x, index, _fit_to(src, index, axis), axis, inplace=False)
+
+
+@defop("indexing_one_hot")
+def indexing_one_hot(src, index, *, axis, keepdims):
+    picked = jnp.take_along_axis(src, jnp.expand_dims(index, axis), axis=axis)
+    return picked if keepdims else jnp.squeeze(picked, axis)
+
+
+# Index structure for getitem / setitem: a tuple whose items are None, Ellipsis,
+# ("slice", start, stop, step), or "#" for the next dynamic index (an int or an integer array)
+# passed as an input. Ints are inputs, not attributes, so `x[i]` in a loop compiles once.
+def _build_index(spec, dynamic):
+    it = iter(dynamic)
+    out = []
+    for item in spec:
+        if item == "#":
+            out.append(next(it))
+        elif isinstance(item, tuple):
+            out.append(slice(*item[1:]))
+        else:
+            out.append(item)
+    return tuple(out)
+
+
+@defop("getitem")
+def getitem(x, *index, spec):
+    return x[_build_index(spec, index)]
+
+
+@defop("setitem")
+def setitem(x, value, *index, spec):
+    return x.at[_build_index(spec, index)].set(jnp.asarray(value, dtype=x.dtype))

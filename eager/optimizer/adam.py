@@ -1,0 +1,52 @@
+"""Adam and AdamW with bias correction (PyTorch / MegEngine semantics)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..creation import zeros, zeros_like
+from ..ops import OPS
+from ..tensor import Tensor, apply
+from .optimizer import Optimizer
+
+
+class Adam(Optimizer):
+    """t += 1; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). `weight_decay` adds an L2 term
+    to the gradient."""
+
+    _decoupled = False
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"{type(self).__name__}: invalid hyper-parameters lr={lr}, "
+                             f"betas={betas}, eps={eps}, weight_decay={weight_decay}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay))
+
+    def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        return {"step": zeros((), "int32"), "exp_avg": zeros_like(param),
+                "exp_avg_sq": zeros_like(param)}
+
+    def _update(self, p: Tensor, group: dict[str, Any]) -> None:
+        s = self.state[p]
+        beta1, beta2 = self.hyper(group, "betas")
+        new = apply(OPS["adam_update"], p, p.grad, s["exp_avg"], s["exp_avg_sq"], s["step"],
+                    self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
+                    self.hyper(group, "weight_decay"), decoupled=self._decoupled)
+        for t, n in zip((p, s["exp_avg"], s["exp_avg_sq"], s["step"]), new):
+            self._set(t, n)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: p -= lr * weight_decay * p before the Adam step."""
+
+    _decoupled = True
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2):
+        super().__init__(params, lr, betas, eps, weight_decay)

@@ -1,0 +1,130 @@
+"""The tape: grad nodes recorded while a GradManager records, and the backward pass over them.
+
+A node stands for one op call (or one custom Function call). It holds the op's input arrays
+(the residuals its vjp needs), one parent per differentiable input, and, during a backward pass,
+the cotangents of its outputs. Parents are `(node, output_index)` for tensors produced by a
+recorded op, or the tensor itself for leaves (tensors attached to a GradManager).
+
+Nodes get increasing sequence numbers, and an op's inputs always exist before its outputs, so
+processing reachable nodes by decreasing sequence number is a valid reverse topological order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .errors import BackwardError
+
+
+class _State:
+    __slots__ = ("recording", "paused")
+
+    def __init__(self) -> None:
+        self.recording = 0  # how many GradManagers are recording now
+        self.paused = 0  # > 0 inside no_grad() and custom Function forwards
+
+
+STATE = _State()
+_seq = itertools.count()
+_add = jax.jit(jnp.add)
+
+
+def is_recording() -> bool:
+    """True when an op on a tracked tensor would be recorded."""
+    return STATE.recording > 0 and STATE.paused == 0
+
+
+class Node:
+    """One recorded call. `vjp(cotangents) -> grads`, one grad per parent (None allowed)."""
+
+    __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed")
+
+    def __init__(self, name: str, vjp: Callable, parents: Sequence, out_avals: Sequence):
+        self.seq = next(_seq)
+        self.name = name
+        self.vjp = vjp
+        self.parents = parents
+        self.out_avals = out_avals  # (shape, dtype) per output
+        self.cts: list | None = None
+        self.freed = False
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} #{self.seq}{' freed' if self.freed else ''}>"
+
+
+def parent_of(tensor: Any) -> Any:
+    """The tape parent for a tracked tensor: its producing node's output, or itself if a leaf."""
+    node = tensor._node
+    return tensor if node is None else (node, tensor._out_idx)
+
+
+def _check_alive(node: Node) -> None:
+    if node.freed:
+        raise BackwardError(
+            f"the graph through op {node.name!r} was already freed by an earlier backward; "
+            "run the forward again under the GradManager before calling backward"
+        )
+
+
+def _reachable(starts: Sequence[Node]) -> list[Node]:
+    seen: dict[int, Node] = {}
+    stack = list(starts)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        _check_alive(node)
+        seen[id(node)] = node
+        stack.extend(p[0] for p in node.parents if type(p) is tuple)
+    return sorted(seen.values(), key=lambda n: n.seq, reverse=True)
+
+
+def _accumulate(store: list, index: int, g: Any) -> None:
+    store[index] = g if store[index] is None else _add(store[index], g)
+
+
+def backward(targets: Sequence[Any], cotangents: Sequence[Any]) -> dict[int, list]:
+    """Run the backward pass from `targets` (tensors) seeded with `cotangents` (arrays).
+
+    Returns `{id(leaf): [leaf, grad array]}` for every leaf tensor reached. Every node traversed is
+    freed: its residuals are dropped and a later backward through it raises `BackwardError`.
+    """
+    leaves: dict[int, list] = {}
+
+    def send(parent: Any, g: Any) -> None:
+        if type(parent) is tuple:
+            node, index = parent
+            if node.cts is None:
+                node.cts = [None] * len(node.out_avals)
+            _accumulate(node.cts, index, g)
+        else:
+            entry = leaves.setdefault(id(parent), [parent, None])
+            _accumulate(entry, 1, g)
+
+    starts = []
+    for t, ct in zip(targets, cotangents):
+        if t._node is not None:
+            _check_alive(t._node)
+            starts.append(t._node)
+        send(parent_of(t), ct)
+    order = _reachable(starts)
+    try:
+        for node in order:
+            cts, node.cts = node.cts, None
+            if cts is None:
+                continue
+            cts = [jnp.zeros(s, d) if c is None else c for c, (s, d) in zip(cts, node.out_avals)]
+            grads = node.vjp(cts)
+            node.vjp = None  # drop the residuals as soon as they are used
+            for parent, g in zip(node.parents, grads):
+                if g is not None:
+                    send(parent, g)
+    finally:
+        for node in order:
+            node.freed, node.vjp, node.parents, node.cts = True, None, (), None
+    return leaves

@@ -1,0 +1,422 @@
+"""`Tensor`, a jax array with autodiff and capture hooks, and `apply`, the one dispatcher.
+
+Every computation on tensors goes through `apply(op, *inputs, **attrs)`: it reads each input's
+storage (through the capture hook when one is active), calls the op's cached jitted forward, wraps
+the outputs, and records a tape node when a GradManager records and an input is tracked. Every
+change of a tensor's storage goes through `rebind`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import device as _device
+from . import hooks, tape
+from .ops import OPS, Op
+
+_FLOAT = np.dtype(np.float32)
+_INT = np.dtype(np.int32)
+
+
+class Tensor:
+    """An n-dimensional array on a jax device, with autodiff.
+
+    >>> import eager as eg
+    >>> x = eg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> (x * 2 + 1).sum().item()
+    24.0
+    """
+
+    __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "__weakref__")
+    __array_priority__ = 1000
+    __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
+
+    def __init__(self, data: Any, dtype: Any = None, device: Any = None):
+        self._data = to_array(data, dtype, device)
+        self._node = None
+        self._out_idx = 0
+        self._tracked = 0
+        self._grad = None
+        if hooks.active is not None:
+            hooks.active.created(self)
+
+    # ----- properties -----------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._data.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._data.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return self._data.ndim
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._data.shape, dtype=np.int64))
+
+    @property
+    def device(self) -> str:
+        devices = getattr(self._data, "devices", None)
+        if devices is None or isinstance(self._data, jax.core.Tracer):
+            return _device.get_default_device()
+        return _device.name_of(next(iter(devices())))
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The accumulated gradient (a Tensor) or None; assignable."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f".grad must be a Tensor or None, got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise ValueError(f".grad of shape {value.shape} for a tensor of shape {self.shape}")
+        self._grad = value
+
+    # ----- value reads ----------------------------------------------------------------------
+    def _host(self, what: str) -> np.ndarray:
+        if hooks.active is not None:
+            hooks.active.value_read(self, what)
+        return np.asarray(self._data)
+
+    def numpy(self) -> np.ndarray:
+        """A numpy copy of the value (a host read)."""
+        return np.array(self._host(".numpy()"))
+
+    def item(self) -> Any:
+        """The value of a one-element tensor as a Python number."""
+        if self.size != 1:
+            raise ValueError(f".item() needs a one-element tensor, got shape {self.shape}")
+        return self._host(".item()").item()
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(
+                f"the truth value of a tensor of shape {self.shape} is ambiguous; use .any()/.all()"
+            )
+        return bool(self._host("bool()"))
+
+    def __float__(self) -> float:
+        return float(self._host("float()"))
+
+    def __int__(self) -> int:
+        return int(self._host("int()"))
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iub":
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self._host("an index"))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self._host("np.asarray()")
+        return a if dtype is None else a.astype(dtype)
+
+    def __jax_array__(self) -> jax.Array:
+        return read(self)
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return read(self).__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return read(self).__dlpack_device__()
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        if isinstance(self._data, jax.core.Tracer):
+            return f"Tensor(<traced>, shape={self.shape}, dtype={self.dtype})"
+        body = np.array2string(np.asarray(self._data), separator=", ", prefix="Tensor(")
+        return f"Tensor({body}, dtype={self.dtype}, device={self.device})"
+
+    __hash__ = object.__hash__
+
+    # ----- conversions ----------------------------------------------------------------------
+    def detach(self) -> Tensor:
+        """A tensor with the same value and no gradient history."""
+        return _wrap(read(self))
+
+    def astype(self, dtype: Any) -> Tensor:
+        return apply(OPS["astype"], self, dtype=np.dtype(dtype))
+
+    def to(self, device: Any) -> Tensor:
+        """A copy on `device` (a name like "gpu0")."""
+        return _wrap(jax.device_put(read(self), _device.parse(device)))
+
+    # ----- shape ----------------------------------------------------------------------------
+    def reshape(self, *shape: Any) -> Tensor:
+        return apply(OPS["reshape"], self, shape=_shape_arg(shape))
+
+    def transpose(self, *axes: Any) -> Tensor:
+        axes = _shape_arg(axes) or tuple(reversed(range(self.ndim)))
+        return apply(OPS["transpose"], self, axes=axes)
+
+    @property
+    def T(self) -> Tensor:
+        return self.transpose()
+
+    def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
+        shape = self.shape
+        s, e = start_axis % max(self.ndim, 1), end_axis % max(self.ndim, 1)
+        return self.reshape(*shape[:s], -1, *shape[e + 1:]) if self.ndim else self.reshape(1)
+
+    # ----- reductions -----------------------------------------------------------------------
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return apply(OPS["sum"], self, axis=_axis_arg(axis), keepdims=keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return apply(OPS["mean"], self, axis=_axis_arg(axis), keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return apply(OPS["max"], self, axis=_axis_arg(axis), keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return apply(OPS["min"], self, axis=_axis_arg(axis), keepdims=keepdims)
+
+    def prod(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return apply(OPS["prod"], self, axis=_axis_arg(axis), keepdims=keepdims)
+
+    def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return apply(OPS["argmax"], self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
+        return apply(OPS["argmin"], self, axis=axis, keepdims=keepdims)
+
+    # ----- operators ------------------------------------------------------------------------
+    def __add__(self, o): return apply(_ADD, self, o)  # noqa: E704
+    def __radd__(self, o): return apply(_ADD, o, self)  # noqa: E704
+    def __sub__(self, o): return apply(_SUB, self, o)  # noqa: E704
+    def __rsub__(self, o): return apply(_SUB, o, self)  # noqa: E704
+    def __mul__(self, o): return apply(_MUL, self, o)  # noqa: E704
+    def __rmul__(self, o): return apply(_MUL, o, self)  # noqa: E704
+    def __truediv__(self, o): return apply(_DIV, self, o)  # noqa: E704
+    def __rtruediv__(self, o): return apply(_DIV, o, self)  # noqa: E704
+    def __floordiv__(self, o): return apply(OPS["floor_div"], self, o)  # noqa: E704
+    def __rfloordiv__(self, o): return apply(OPS["floor_div"], o, self)  # noqa: E704
+    def __mod__(self, o): return apply(OPS["mod"], self, o)  # noqa: E704
+    def __rmod__(self, o): return apply(OPS["mod"], o, self)  # noqa: E704
+    def __pow__(self, o): return apply(OPS["pow"], self, o)  # noqa: E704
+    def __rpow__(self, o): return apply(OPS["pow"], o, self)  # noqa: E704
+    def __matmul__(self, o): return apply(OPS["matmul"], self, o)  # noqa: E704
+    def __rmatmul__(self, o): return apply(OPS["matmul"], o, self)  # noqa: E704
+    def __neg__(self): return apply(OPS["neg"], self)  # noqa: E704
+    def __pos__(self): return self  # noqa: E704
+    def __abs__(self): return apply(OPS["abs"], self)  # noqa: E704
+    def abs(self): return apply(OPS["abs"], self)  # noqa: E704
+    def __invert__(self): return apply(OPS["bitwise_not"], self)  # noqa: E704
+    def __and__(self, o): return apply(OPS["bitwise_and"], self, o)  # noqa: E704
+    def __rand__(self, o): return apply(OPS["bitwise_and"], o, self)  # noqa: E704
+    def __or__(self, o): return apply(OPS["bitwise_or"], self, o)  # noqa: E704
+    def __ror__(self, o): return apply(OPS["bitwise_or"], o, self)  # noqa: E704
+    def __xor__(self, o): return apply(OPS["bitwise_xor"], self, o)  # noqa: E704
+    def __rxor__(self, o): return apply(OPS["bitwise_xor"], o, self)  # noqa: E704
+    def __eq__(self, o): return apply(OPS["equal"], self, o)  # type: ignore[override]  # noqa: E704
+    def __ne__(self, o): return apply(OPS["not_equal"], self, o)  # type: ignore[override]  # noqa: E704
+    def __lt__(self, o): return apply(OPS["less"], self, o)  # noqa: E704
+    def __le__(self, o): return apply(OPS["less_equal"], self, o)  # noqa: E704
+    def __gt__(self, o): return apply(OPS["greater"], self, o)  # noqa: E704
+    def __ge__(self, o): return apply(OPS["greater_equal"], self, o)  # noqa: E704
+
+    # ----- indexing -------------------------------------------------------------------------
+    def __getitem__(self, index: Any) -> Tensor:
+        spec, dynamic = parse_index(self, index)
+        return apply(OPS["getitem"], self, *dynamic, spec=spec)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        spec, dynamic = parse_index(self, index)
+        new = apply(OPS["setitem"], self, value, *dynamic, spec=spec)
+        rebind(self, new._data, new._node, new._out_idx)
+
+
+class Parameter(Tensor):
+    """A Tensor that a Module registers as a trainable parameter."""
+
+    __slots__ = ()
+
+
+_ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
+
+
+# ----- storage: the one read accessor, the one rebind -------------------------------------------
+def read(t: Tensor) -> Any:
+    """The array behind `t`, as an op sees it (a tracer during capture)."""
+    return t._data if hooks.active is None else hooks.active.read(t)
+
+
+def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0) -> None:
+    """Replace `t`'s storage with `value` (and its grad history with `node`): `x[i] = v`,
+    optimizer updates, BatchNorm statistics, RNG state and loading all go through here."""
+    if hooks.active is not None:
+        hooks.active.rebind(t, value)
+    t._data, t._node, t._out_idx = value, node, out_idx
+
+
+def _wrap(array: Any) -> Tensor:
+    t = Tensor.__new__(Tensor)
+    t._data, t._node, t._out_idx, t._tracked, t._grad = array, None, 0, 0, None
+    if hooks.active is not None:
+        hooks.active.created(t)
+    return t
+
+
+def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
+    """The jax array for Tensor construction data: Python numbers and lists default to float32 /
+    int32; numpy arrays keep their dtype (as jax canonicalizes it); jax arrays are not copied."""
+    if isinstance(data, Tensor):
+        arr = read(data)
+    elif isinstance(data, (jax.Array, jax.core.Tracer)):
+        arr = data
+    else:
+        host = np.asarray(data)
+        if not isinstance(data, (np.ndarray, np.generic)):
+            host = host.astype({"f": _FLOAT, "i": _INT, "u": _INT}.get(host.dtype.kind, host.dtype))
+        if host.dtype == object:
+            raise TypeError(f"cannot make a tensor from {type(data).__name__}: {data!r:.80}")
+        arr = jnp.asarray(host)
+    if dtype is not None and np.dtype(dtype) != arr.dtype:
+        arr = arr.astype(np.dtype(dtype))
+    dev = _device.parse(device) or _device.default()
+    if dev is not None and not isinstance(arr, jax.core.Tracer):
+        arr = jax.device_put(arr, dev)
+    return arr
+
+
+# ----- the dispatcher ---------------------------------------------------------------------------
+def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
+    """Run `op` on `inputs` (Tensors, Python scalars, arrays or None) with static `attrs`.
+
+    Returns a Tensor, or a tuple of Tensors for multi-output ops.
+    """
+    key = tuple(attrs.items()) if attrs else ()
+    fn = op._fwd.get(key) or op.jitted(key)
+    h = hooks.active
+    record = op.differentiable and tape.STATE.recording and not tape.STATE.paused
+    arrays = []
+    mask: list[int] = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, Tensor):
+            arrays.append(x._data if h is None else h.read(x))
+            if record and (x._node is not None or x._tracked) and x._data.dtype.kind in "fc":
+                mask.append(i)
+        elif isinstance(x, (list, tuple)):
+            arrays.append(jnp.asarray(np.asarray(x)))
+        else:
+            arrays.append(x)
+    out = fn(*arrays)
+    if not op.multi_output:
+        t = _wrap(out)
+        if mask:
+            _record(op, key, tuple(mask), inputs, arrays, (t,))
+        return t
+    outs = tuple(_wrap(o) for o in out)
+    if mask:
+        _record(op, key, tuple(mask), inputs, arrays, outs)
+    return outs
+
+
+def _record(op: Op, key: tuple, mask: tuple, inputs: Sequence, arrays: list, outs: tuple) -> None:
+    bwd = op.vjp(key, mask)
+    primals = tuple(arrays)
+    node = tape.Node(
+        op.name,
+        lambda cts: bwd(primals, tuple(cts)),
+        [tape.parent_of(inputs[i]) for i in mask],
+        [(o._data.shape, o._data.dtype) for o in outs],
+    )
+    for i, o in enumerate(outs):
+        if i not in op.nondiff_outputs and o._data.dtype.kind in "fc":
+            o._node, o._out_idx = node, i
+
+
+# ----- argument normalization -------------------------------------------------------------------
+def _shape_arg(shape: Sequence) -> tuple:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+def _axis_arg(axis: Any) -> Any:
+    if axis is None or isinstance(axis, int):
+        return axis
+    return tuple(int(a) for a in axis)
+
+
+def parse_index(x: Tensor, index: Any) -> tuple[tuple, list]:
+    """Split an index into a static structure and its dynamic parts (ints, integer arrays).
+
+    Boolean masks become integer arrays here (their count is data-dependent, so this reads the
+    mask's value). Python ints are bounds-checked, as in numpy and PyTorch.
+    """
+    items = index if isinstance(index, tuple) else (index,)
+    consumed = sum(_dims_consumed(i) for i in items)
+    spec: list = []
+    dynamic: list = []
+    dim = 0
+    for item in items:
+        if item is None or item is Ellipsis:
+            spec.append(item)
+            if item is Ellipsis:
+                dim += x.ndim - consumed
+        elif isinstance(item, slice):
+            spec.append(("slice", *(_slice_int(v) for v in (item.start, item.stop, item.step))))
+            dim += 1
+        elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
+            dynamic.append(_check_bound(int(item), x.shape, dim))
+            spec.append("#")
+            dim += 1
+        else:
+            arrays = _index_arrays(item)
+            dynamic.extend(arrays)
+            spec.extend("#" * len(arrays))
+            dim += len(arrays)
+    return tuple(spec), dynamic
+
+
+def _dims_consumed(item: Any) -> int:
+    if item is None or item is Ellipsis:
+        return 0
+    if isinstance(item, (Tensor, np.ndarray)) and np.dtype(item.dtype) == np.bool_:
+        return item.ndim
+    return 1
+
+
+def _slice_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _check_bound(i: int, shape: tuple, dim: int) -> int:
+    if dim >= len(shape):
+        raise IndexError(f"too many indices for a tensor of shape {shape}")
+    n = shape[dim]
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+    return i % n
+
+
+def _index_arrays(item: Any) -> list:
+    if isinstance(item, Tensor):
+        if item.dtype == np.bool_:
+            return [jnp.asarray(a) for a in np.nonzero(item._host("a boolean mask index"))]
+        return [item]
+    arr = np.asarray(item)
+    if arr.dtype == np.bool_:
+        return [jnp.asarray(a) for a in np.nonzero(arr)]
+    if arr.dtype.kind not in "iu":
+        raise IndexError(f"tensors can be indexed by ints, slices, None, ..., masks and integer "
+                         f"arrays, not {type(item).__name__} of dtype {arr.dtype}")
+    return [jnp.asarray(arr)]
