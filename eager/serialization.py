@@ -26,14 +26,14 @@ _VERSION = 1
 
 
 def _encode(obj: Any, arrays: list[np.ndarray], path: str) -> Any:
+    if isinstance(obj, (np.ndarray, np.generic)):  # before float: np.float64 subclasses it
+        arrays.append(np.asarray(obj))
+        return {"ndarray" if isinstance(obj, np.ndarray) else "scalar": len(arrays) - 1}
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
     if isinstance(obj, Tensor):
         arrays.append(obj.numpy())
         return {"tensor": len(arrays) - 1}
-    if isinstance(obj, (np.ndarray, np.generic)):
-        arrays.append(np.asarray(obj))
-        return {"ndarray" if isinstance(obj, np.ndarray) else "scalar": len(arrays) - 1}
     if isinstance(obj, (list, tuple)):
         kind = "list" if isinstance(obj, list) else "tuple"
         return {kind: [_encode(v, arrays, f"{path}[{i}]") for i, v in enumerate(obj)]}
@@ -122,7 +122,7 @@ def load(path: str | os.PathLike | BinaryIO) -> Any:
     """Read a checkpoint written by `save`. Raises `CheckpointError` for anything else."""
     name = getattr(path, "name", path)
     try:
-        with zipfile.ZipFile(path if hasattr(path, "read") else open(path, "rb")) as z:
+        with zipfile.ZipFile(path) as z:  # a path is opened and closed by ZipFile
             manifest = json.loads(z.read("manifest.json"))
             if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
                 raise CheckpointError(f"{name} is not an eager checkpoint (no eager manifest)")
@@ -135,7 +135,8 @@ def load(path: str | os.PathLike | BinaryIO) -> Any:
         raise
     except FileNotFoundError:
         raise
-    except (zipfile.BadZipFile, KeyError, ValueError, EOFError, OSError, TypeError) as e:
+    except (zipfile.BadZipFile, KeyError, IndexError, ValueError, EOFError, OSError,
+            TypeError) as e:
         raise CheckpointError(f"{name} is not a readable eager checkpoint (truncated or "
                               f"corrupt): {e}") from e
 

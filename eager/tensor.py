@@ -95,27 +95,30 @@ class Tensor:
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python number."""
+        return self._scalar(".item()")
+
+    def _scalar(self, what: str) -> Any:
         if self.size != 1:
-            raise ValueError(f".item() needs a one-element tensor, got shape {self.shape}")
-        return self._host(".item()").item()
+            raise ValueError(f"{what} needs a one-element tensor, got shape {self.shape}")
+        return self._host(what).item()
 
     def __bool__(self) -> bool:
         if self.size != 1:
             raise ValueError(
                 f"the truth value of a tensor of shape {self.shape} is ambiguous; use .any()/.all()"
             )
-        return bool(self._host("bool()"))
+        return bool(self._scalar("bool()"))
 
     def __float__(self) -> float:
-        return float(self._host("float()"))
+        return float(self._scalar("float()"))
 
     def __int__(self) -> int:
-        return int(self._host("int()"))
+        return int(self._scalar("int()"))
 
     def __index__(self) -> int:
         if self.dtype.kind not in "iub":
             raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
-        return int(self._host("an index"))
+        return int(self._scalar("an index"))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         a = self._host("np.asarray()")

@@ -74,8 +74,3 @@ def leaky_relu(x, *, negative_slope):
 def astype(x, *, dtype):
     return x.astype(dtype)
 
-
-@defop("copy")
-def copy(x):
-    # A real copy (not an alias), so a Tensor built from another never shares storage with it.
-    return jnp.array(x, copy=True)

@@ -64,16 +64,17 @@ def _window(x, init, reducer, kernel, stride, padding):
 
 @defop("max_pool2d")
 def max_pool2d(x, *, kernel, stride, padding):
-    return _window(x, jnp.array(-jnp.inf, x.dtype), lax.max, kernel, stride, padding)
+    # a concrete numpy init value lets jax recognise the max monoid, which it can differentiate
+    return _window(x, np.array(-np.inf, x.dtype), lax.max, kernel, stride, padding)
 
 
 @defop("avg_pool2d")
 def avg_pool2d(x, *, kernel, stride, padding, count_padding):
-    total = _window(x, jnp.array(0, x.dtype), lax.add, kernel, stride, padding)
+    total = _window(x, np.array(0, x.dtype), lax.add, kernel, stride, padding)
     if count_padding:
         return total / (kernel[0] * kernel[1])
     ones = jnp.ones((1, 1, *x.shape[2:]), x.dtype)
-    return total / _window(ones, jnp.array(0, x.dtype), lax.add, kernel, stride, padding)
+    return total / _window(ones, np.array(0, x.dtype), lax.add, kernel, stride, padding)
 
 
 def _bins(n_in, n_out):

@@ -1,0 +1,29 @@
+"""Shared fixtures: a deterministic framework seed per test, and float64 for finite differences."""
+
+import zlib
+
+import jax
+import numpy as np
+import pytest
+
+import eager as eg
+
+
+@pytest.fixture(autouse=True)
+def _seeded(request):
+    """Seed the framework generator from the test's name, so tests are independent of order."""
+    eg.random.seed(zlib.crc32(request.node.nodeid.encode()))
+    yield
+
+
+@pytest.fixture
+def rng(request):
+    """A numpy generator seeded from the test's name."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def x64():
+    """Enable float64 for the duration of a test (finite-difference gradient checks)."""
+    with jax.enable_x64(True):
+        yield
