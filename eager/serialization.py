@@ -104,6 +104,9 @@ def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
     if len(node) != 1:
         raise CheckpointError(f"malformed checkpoint entry {node!r:.80}")
     (kind, value), = node.items()
+    if kind in ("tensor", "ndarray", "scalar") and not (
+            isinstance(value, int) and 0 <= value < len(arrays)):
+        raise CheckpointError(f"checkpoint entry refers to array {value!r}, which does not exist")
     if kind == "tensor":
         return Tensor(jnp.asarray(arrays[value]))
     if kind == "ndarray":
