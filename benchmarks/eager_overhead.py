@@ -1,18 +1,19 @@
 """Per-op overhead of `eager` against raw jax calls on tiny (4x4 float32) arrays.
 
-Run `python -m benchmarks.eager_overhead [--quick]`. For each op it prints, as a markdown table:
+Run `python -m benchmarks.eager_overhead [--quick]`. It prints, as markdown tables:
 
 - forward: the eager call (`a + b` on Tensors) against the same raw jax call on the jax arrays
   (`jnp.add(x, y)`); the goal is a ratio <= 1.5;
-- backward of one recorded op: `with gm: y = op(a); gm.backward(y, dy)` minus the same block
-  without the backward, i.e. everything `gm.backward` costs for a one-node graph (the fixed
-  GradManager work included);
-- backward per node: the same difference for a chain of `CHAIN` recorded ops, divided by `CHAIN`,
-  i.e. the marginal cost of one more node in a backward pass;
+- backward of one recorded op: `gm.backward(y, dy)` alone, timed after the forward was recorded
+  and drained, i.e. everything a backward costs for a one-node graph (the fixed GradManager work
+  included);
+- backward per node: the same for a chain of `CHAIN + 1` recorded ops minus the one-op graph,
+  divided by `CHAIN`: the marginal cost of one more node in a backward pass;
 
-both against one call of the jitted `jax.vjp` of the op (goal: ratio <= 2). Times are medians over
-several batches of many calls (timeit style); no call blocks, as a dispatch benchmark should not,
-but each batch is drained before the next.
+both against one call of the jitted `jax.vjp` of the op (goal: ratio <= 2). Dispatch is timed
+from an idle device queue, in batches that are drained afterwards. This machine's timings drift
+(other tenants, frequency), so every quantity is measured in interleaved rounds and each ratio
+is the median of per-round ratios.
 """
 
 from __future__ import annotations
@@ -55,75 +56,95 @@ CASES = [
 ]
 
 
-def time_call(fn: Callable[[], Any], number: int, repeat: int) -> float:
-    """Median over `repeat` batches of the mean time (seconds) of one call in a batch of
-    `number` calls; results are drained between batches."""
-    out = fn()
-    samples = []
-    for _ in range(repeat):
-        jax.block_until_ready(out)
-        start = time.perf_counter()
-        for _ in range(number):
-            out = fn()
-        samples.append((time.perf_counter() - start) / number)
+def time_call(fn: Callable[[], Any], number: int) -> float:
+    """Mean time (seconds) of one call in a batch of `number` calls, starting from an idle
+    device queue and draining it afterwards (dispatch cost, not compute)."""
+    jax.block_until_ready(fn())
+    start = time.perf_counter()
+    for _ in range(number):
+        out = fn()
+    elapsed = time.perf_counter() - start
     jax.block_until_ready(out)
-    return statistics.median(samples)
+    return elapsed / number
 
 
 def _unwrap(out: Any) -> Any:
     return eg.read(out) if isinstance(out, eg.Tensor) else out
 
 
-def measure(case: OpCase, number: int, repeat: int) -> dict[str, float]:
-    """Times (microseconds) of one op: eager and raw forward, eager backward (one op and per
-    node of a chain), and the raw jitted vjp."""
+class BackwardTimer:
+    """Times `gm.backward` alone over a freshly recorded chain of `n` ops (the forward is
+    recorded and drained untimed before each sample)."""
+
+    def __init__(self, case: OpCase, a: eg.Tensor, b: eg.Tensor):
+        self.case, self.a, self.b = case, a, b
+        self.gm = GradManager().attach([a])
+        self.dy = eg.ones(case.eager(a, b).shape)
+
+    def __call__(self, n: int, samples: int) -> float:
+        times = []
+        for _ in range(samples):
+            self.a.grad = None
+            self.gm.record()
+            out = self.a
+            for _ in range(n):
+                out = self.case.eager(out, self.b)
+            jax.block_until_ready(_unwrap(out))
+            start = time.perf_counter()
+            self.gm.backward(out, self.dy)
+            times.append(time.perf_counter() - start)
+            jax.block_until_ready(_unwrap(self.a.grad))
+        return statistics.median(times)
+
+
+def measure(case: OpCase, number: int, rounds: int) -> dict[str, float]:
+    """Medians over `rounds` interleaved rounds (microseconds, and per-round ratios): eager and
+    raw forward, eager backward of a one-op graph and per node of a chain, raw jitted vjp."""
     host = np.arange(16, dtype=np.float32).reshape(4, 4) / 16 - 0.4
     x, y = jnp.asarray(host), jnp.asarray(host.T.copy())
     a, b = eg.Parameter(host), eg.tensor(host.T.copy())
-    gm = GradManager().attach([a])
-    dy = eg.ones(case.eager(a, b).shape)
-
-    def recorded(n: int, backward: bool) -> Callable[[], Any]:
-        def run() -> Any:
-            a.grad = None
-            with gm:
-                out = a
-                for _ in range(n):
-                    out = case.eager(out, b)
-                if backward:
-                    gm.backward(out, dy)
-            return _unwrap(out)
-
-        return run
-
-    def t(fn: Callable[[], Any], scale: int = 1) -> float:
-        return time_call(fn, max(number // scale, 10), repeat) * 1e6
-
+    backward = BackwardTimer(case, a, b)
     vjp = jax.jit(lambda x, y, ct: jax.vjp(lambda x: case.raw(x, y), x)[1](ct)[0])
     ct = jnp.ones(case.raw(x, y).shape, x.dtype)
-    res = {
-        "eager_fwd": t(lambda: _unwrap(case.eager(a, b))),
-        "raw_fwd": t(lambda: case.raw(x, y)),
-        "bwd_one": t(recorded(1, True), 3) - t(recorded(1, False), 3),
-        "raw_vjp": t(lambda: vjp(x, y, ct)),
-    }
-    if case.chainable:
-        chain = t(recorded(CHAIN, True), 3 * CHAIN) - t(recorded(CHAIN, False), 3 * CHAIN)
-        res["bwd_node"] = chain / CHAIN
+    samples = max(number // 20, 20)
+    rows = []
+    for _ in range(rounds):
+        r = {
+            "eager_fwd": time_call(lambda: _unwrap(case.eager(a, b)), number),
+            "raw_fwd": time_call(lambda: case.raw(x, y), number),
+            "bwd_one": backward(1, samples),
+            "raw_vjp": time_call(lambda: vjp(x, y, ct), number),
+        }
+        if case.chainable:
+            r["bwd_node"] = (backward(CHAIN + 1, samples // 4) - r["bwd_one"]) / CHAIN
+        rows.append(r)
+    res = {k: statistics.median(row[k] for row in rows) * 1e6 for k in rows[0]}
+    for name, num, den in [("fwd_ratio", "eager_fwd", "raw_fwd"),
+                           ("bwd_one_ratio", "bwd_one", "raw_vjp"),
+                           ("bwd_node_ratio", "bwd_node", "raw_vjp")]:
+        if num in rows[0]:
+            res[name] = statistics.median(row[num] / row[den] for row in rows)
     return res
 
 
-def _dispatch_baselines(number: int, repeat: int) -> dict[str, float]:
-    """`a + b` against jnp.add, the operator on jax arrays and jax.jit(jnp.add) (microseconds)."""
+def _dispatch_baselines(number: int, rounds: int) -> dict[str, float]:
+    """`a + b` against jnp.add, the operator on jax arrays and jax.jit(jnp.add): microseconds,
+    medians over interleaved rounds."""
     x, y = jnp.ones((4, 4)), jnp.ones((4, 4))
     a, b = eg.tensor(np.ones((4, 4), np.float32)), eg.tensor(np.ones((4, 4), np.float32))
     jitted = jax.jit(jnp.add)
-    return {name: time_call(fn, number, repeat) * 1e6 for name, fn in [
-        ("eager `a + b` (Tensors)", lambda: eg.read(a + b)),
-        ("`jnp.add(x, y)`", lambda: jnp.add(x, y)),
-        ("`x + y` (jax arrays)", lambda: x + y),
-        ("`jax.jit(jnp.add)(x, y)`", lambda: jitted(x, y)),
-    ]}
+    calls = {
+        "eager `a + b` (Tensors)": lambda: eg.read(a + b),
+        "`jnp.add(x, y)`": lambda: jnp.add(x, y),
+        "`x + y` (jax arrays)": lambda: x + y,
+        "`jax.jit(jnp.add)(x, y)`": lambda: jitted(x, y),
+    }
+    rows = [{name: time_call(fn, number) for name, fn in calls.items()} for _ in range(rounds)]
+    return {name: statistics.median(r[name] for r in rows) * 1e6 for name in calls}
+
+
+def _fmt(value: float | None, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:.2f}{suffix}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,28 +152,26 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     args = parser.parse_args(argv)
-    number, repeat = (500, 5) if args.quick else (3000, 9)
+    number, rounds = (500, 5) if args.quick else (2000, 15)
 
-    base = _dispatch_baselines(number, repeat)
+    base = _dispatch_baselines(number, rounds)
     eager_add = base["eager `a + b` (Tensors)"]
-    print(f"## Dispatch of a 4x4 float32 add (median of {repeat} batches of {number} calls)\n")
+    print(f"## Dispatch of a 4x4 float32 add (median of {rounds} rounds of {number} calls)\n")
     print("| call | µs/call | eager / this |\n| --- | ---: | ---: |")
     for name, us in base.items():
         print(f"| {name} | {us:.2f} | {eager_add / us:.2f}x |")
 
-    print(f"\n## Per-op forward and backward (4x4 float32; backward per node from a chain of "
-          f"{CHAIN})\n")
+    print(f"\n## Per-op forward and backward (4x4 float32; medians of {rounds} interleaved "
+          f"rounds; ratios are medians of per-round ratios)\n")
     print("| op | eager fwd µs | jax fwd µs | fwd ratio | eager bwd, 1-op graph µs | "
           "eager bwd per node µs | jitted vjp µs | bwd ratio (1 op) | bwd ratio (per node) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for case in CASES:
-        r = measure(case, number, repeat)
-        node = r.get("bwd_node")
-        node_s = f"{node:.2f}" if node is not None else "n/a"
-        node_ratio = f"{node / r['raw_vjp']:.2f}x" if node is not None else "n/a"
+        r = measure(case, number, rounds)
         print(f"| `{case.name}` | {r['eager_fwd']:.2f} | {r['raw_fwd']:.2f} | "
-              f"{r['eager_fwd'] / r['raw_fwd']:.2f}x | {r['bwd_one']:.2f} | {node_s} | "
-              f"{r['raw_vjp']:.2f} | {r['bwd_one'] / r['raw_vjp']:.2f}x | {node_ratio} |")
+              f"{r['fwd_ratio']:.2f}x | {r['bwd_one']:.2f} | {_fmt(r.get('bwd_node'))} | "
+              f"{r['raw_vjp']:.2f} | {r['bwd_one_ratio']:.2f}x | "
+              f"{_fmt(r.get('bwd_node_ratio'), 'x')} |")
 
 
 if __name__ == "__main__":

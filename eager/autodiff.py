@@ -145,10 +145,14 @@ class GradManager:
             if found is None or found[0] is not t:
                 continue
             grad = _wrap(found[1])
-            with no_grad():
-                for cb in callbacks:
-                    grad = cb(t, grad)
-                t.grad = grad if t.grad is None else t.grad + grad
+            if callbacks:
+                with no_grad():
+                    for cb in callbacks:
+                        grad = cb(t, grad)
+            if t._grad is not None:
+                with no_grad():
+                    grad = t._grad + grad
+            t.grad = grad
 
 
 class Function:
