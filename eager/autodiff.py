@@ -20,7 +20,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from . import tape
+from . import hooks, tape
 from .errors import BackwardError
 from .tensor import Tensor, _wrap, read
 
@@ -113,6 +113,8 @@ class GradManager:
                 "GradManager.backward() needs a recording manager: call it inside `with gm:` "
                 "or between gm.record() and gm.release()"
             )
+        if hooks.active is not None:
+            hooks.active.backward(self)
         ys, dys = _as_list(y), _as_list(dy)
         if dys and len(dys) != len(ys):
             raise ValueError(f"backward got {len(ys)} outputs but {len(dys)} output gradients")
@@ -149,9 +151,10 @@ class GradManager:
                 with no_grad():
                     for cb in callbacks:
                         grad = cb(t, grad)
-            if t._grad is not None:
+            old = t.grad
+            if old is not None:
                 with no_grad():
-                    grad = t._grad + grad
+                    grad = old + grad
             t.grad = grad
 
 
@@ -180,24 +183,17 @@ class Function:
         raise NotImplementedError
 
     def __call__(self, *inputs: Any) -> Any:
+        if hooks.active is not None:
+            hooks.active.function_call(self)
         with no_grad():
             result = self.forward(*inputs)
         single = isinstance(result, Tensor)
         outs = tuple(_wrap(read(o)) for o in ((result,) if single else result))
-        mask = [
-            i for i, x in enumerate(inputs)
-            if isinstance(x, Tensor) and (x._node is not None or x._tracked)
-            and x.dtype.kind in "fc"
-        ]
-        if tape.is_recording() and mask:
-            node = tape.Node(
-                type(self).__name__,
-                lambda cts: self._pullback(cts, mask, len(inputs)),
-                [tape.parent_of(inputs[i]) for i in mask],
-                [(o._data.shape, o._data.dtype) for o in outs],
-            )
-            for i, o in enumerate(outs):
-                o._node, o._out_idx = node, i
+        mask = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and hooks.needs_grad(x)]
+        if mask:
+            hooks.make_node(type(self).__name__,
+                            [inputs[i] for i in mask], outs,
+                            lambda cts: self._pullback(cts, mask, len(inputs)))
         return outs[0] if single else outs
 
     def _pullback(self, cts: Sequence, mask: Sequence[int], n_inputs: int) -> list:

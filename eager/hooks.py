@@ -1,18 +1,25 @@
-"""The hook points through which a capture (the `partial` package) observes eager execution.
+"""The hook points through which a capture (the `partial` package) observes eager execution, and
+the small tape surface it uses to make a compiled segment one node of the eager tape.
 
-Eager code calls these at its few choke points: every read of a tensor's storage by an op, every
-rebind of a tensor's storage (`x[i] = v`, optimizer updates, BatchNorm statistics, the RNG key),
-every value read (`.numpy()`, `.item()`, `bool()`), every module call and every optimizer
-hyper-parameter read. With no capture active (`active is None`) each costs one global lookup.
+Eager code calls the hooks at its few choke points: every read of a tensor's storage by an op,
+every rebind of a tensor's storage (`x[i] = v`, optimizer updates, BatchNorm statistics, the RNG
+key), every value read (`.numpy()`, `.item()`, `bool()`), every tensor creation, module call,
+module attribute assignment, `.grad` read and write, optimizer hyper-parameter read, custom
+`Function` call and `GradManager.backward`. With no capture active (`active is None`) each costs
+one global lookup.
 
 A capture installs an object implementing `CaptureHooks` with `capturing(hooks)`; nothing else in
 eager changes behaviour.
+
+`epoch` counts changes of module structure (a Tensor or Module attribute assigned) and of
+training flags, anywhere: a cache of compiled regions re-validates its module guards only when it
+moved, so the common call checks one integer.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -35,13 +42,35 @@ class CaptureHooks:
     def module_call(self, module: Any) -> None:
         """Called when a Module is called."""
 
-    def hyper(self, owner: Any, key: str, value: Any) -> Any:
-        """Return the value an optimizer should use for hyper-parameter `key` of param group
-        `owner` (an input array, during capture)."""
+    def module_setattr(self, module: Any, name: str, old: Any, value: Any) -> None:
+        """Called before `module.name = value` replaces `old`; may raise."""
+
+    def grad_read(self, tensor: Any) -> None:
+        """Called before `tensor.grad` is read."""
+
+    def grad_write(self, tensor: Any, value: Any) -> None:
+        """Called before `tensor.grad` is set to `value` (a Tensor or None)."""
+
+    def hyper(self, optimizer: Any, group: dict, key: str, value: Any) -> Any:
+        """Return the value `optimizer` should use for hyper-parameter `key` of its param group
+        `group` (an input array, during capture)."""
         return value
+
+    def untracked(self, array: Any) -> Any:
+        """Return the array for the output of a differentiable op that records no gradient
+        history (inside `no_grad`, `detach()`, inputs that need no gradient). A capture that is
+        differentiated as a whole cuts the gradient there, as the eager tape does."""
+        return array
+
+    def function_call(self, function: Any) -> None:
+        """Called when a custom autodiff `Function` is called; may raise."""
+
+    def backward(self, manager: Any) -> None:
+        """Called when `GradManager.backward` starts; may raise."""
 
 
 active: CaptureHooks | None = None
+epoch = 0
 
 
 @contextlib.contextmanager
@@ -53,3 +82,50 @@ def capturing(hooks: CaptureHooks) -> Iterator[CaptureHooks]:
         yield hooks
     finally:
         active = outer
+
+
+def bump_epoch() -> None:
+    """Record that some module's structure or training flag changed."""
+    global epoch
+    epoch += 1
+
+
+# ----- the tape surface -----------------------------------------------------------------------
+def wrap(array: Any) -> Any:
+    """A Tensor holding `array` as it is: no copy, no device move, no gradient history."""
+    return _tensor._wrap(array)
+
+
+def is_recording() -> bool:
+    """True when an op on a tensor with gradient history would be recorded now."""
+    return _tape.is_recording()
+
+
+def needs_grad(tensor: Any) -> bool:
+    """True when a gradient would flow to `tensor` from an op recorded now: a GradManager
+    records, and `tensor` is attached to it or derived from an attached tensor, and is float."""
+    return ((tensor._node is not None or tensor._tracked > 0) and tensor._data.dtype.kind in "fc"
+            and _tape.is_recording())
+
+
+def make_node(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
+              backward: Callable[[list], Sequence[Any]]) -> None:
+    """Record one node of the eager tape: `outputs` (Tensors) now depend on `inputs` (Tensors).
+
+    In a backward pass `backward(cotangents)` receives one array per output (zeros for outputs
+    that got no gradient) and returns one array (or None) per input.
+    """
+    node = _tape.Node(name, backward, [_tape.parent_of(t) for t in inputs],
+                      [(o._data.shape, o._data.dtype) for o in outputs])
+    for i, o in enumerate(outputs):
+        o._node, o._out_idx = node, i
+
+
+def history(tensor: Any) -> tuple[Any, int]:
+    """The gradient history of `tensor`, to hand to `eager.rebind(other, value, *history)`."""
+    return tensor._node, tensor._out_idx
+
+
+# Imported last: tensor.py and tape.py import this module.
+from . import tape as _tape  # noqa: E402
+from . import tensor as _tensor  # noqa: E402

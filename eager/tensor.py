@@ -72,6 +72,8 @@ class Tensor:
     @property
     def grad(self) -> Tensor | None:
         """The accumulated gradient (a Tensor) or None; assignable."""
+        if hooks.active is not None:
+            hooks.active.grad_read(self)
         return self._grad
 
     @grad.setter
@@ -81,6 +83,8 @@ class Tensor:
                 raise TypeError(f".grad must be a Tensor or None, got {type(value).__name__}")
             if value.shape != self.shape:
                 raise ValueError(f".grad of shape {value.shape} for a tensor of shape {self.shape}")
+        if hooks.active is not None:
+            hooks.active.grad_write(self, value)
         self._grad = value
 
     # ----- value reads ----------------------------------------------------------------------
@@ -152,7 +156,8 @@ class Tensor:
     # ----- conversions ----------------------------------------------------------------------
     def detach(self) -> Tensor:
         """A tensor with the same value and no gradient history."""
-        return _wrap(read(self))
+        h = hooks.active
+        return _wrap(read(self) if h is None else h.untracked(h.read(self)))
 
     def astype(self, dtype: Any) -> Tensor:
         return apply(OPS["astype"], self, dtype=np.dtype(dtype))
@@ -321,6 +326,8 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
         else:
             arrays.append(x)
     out = fn(*arrays)
+    if h is not None and not mask and op.differentiable:
+        out = h.untracked(out) if not op.multi_output else tuple(h.untracked(o) for o in out)
     if not op.multi_output:
         t = _wrap(out)
         if mask:

@@ -2,7 +2,8 @@
 
 Attributes are scanned in the order they were set; Tensors and Modules inside lists, tuples and
 dicts count too (named `attr.0`, `attr.key`). A `Parameter` is a parameter, any other Tensor a
-buffer. Setting a Tensor or Module attribute bumps `structure_version`, which a capture guards on.
+buffer. Setting a Tensor or Module attribute bumps `structure_version` and, like a change of
+training mode, `eager.hooks.epoch`, which a capture's guards watch.
 """
 
 from __future__ import annotations
@@ -39,9 +40,14 @@ class Module:
 
     def __setattr__(self, name: str, value: Any) -> None:
         old = self.__dict__.get(name)
+        if hooks.active is not None:
+            hooks.active.module_setattr(self, name, old, value)
         if _is_state(value) or _is_state(old) or isinstance(value, (list, tuple, dict)):
             version = self.__dict__.get("structure_version", 0) + 1
             object.__setattr__(self, "structure_version", version)
+            hooks.bump_epoch()
+        elif name == "training":
+            hooks.bump_epoch()
         object.__setattr__(self, name, value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -109,6 +115,7 @@ class Module:
         """Set training mode on this module and every sub-module; returns self."""
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
+        hooks.bump_epoch()
         return self
 
     def eval(self) -> Module:

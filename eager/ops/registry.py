@@ -28,7 +28,8 @@ class Op:
         multi_output: the forward returns a tuple of arrays.
     """
 
-    __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_fwd", "_bwd")
+    __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
+                 "_fwd", "_bwd")
 
     def __init__(
         self,
@@ -44,6 +45,7 @@ class Op:
         self.differentiable = differentiable
         self.nondiff_outputs = nondiff_outputs
         self.multi_output = multi_output or bool(nondiff_outputs)
+        self._impl = _cut_gradients(fwd, differentiable, nondiff_outputs)
         self._fwd: dict[tuple, Callable] = {}
         self._bwd: dict[tuple, Callable] = {}
 
@@ -54,7 +56,7 @@ class Op:
         """The jitted forward for the static attributes `key` (a tuple of (name, value))."""
         fn = self._fwd.get(key)
         if fn is None:
-            fn = self._fwd[key] = jax.jit(ft.partial(self.fwd, **dict(key)))
+            fn = self._fwd[key] = jax.jit(ft.partial(self._impl, **dict(key)))
         return fn
 
     def vjp(self, key: tuple, mask: tuple[int, ...]) -> Callable:
@@ -75,12 +77,31 @@ def _make_vjp(op: Op, attrs: dict, mask: tuple[int, ...]) -> Callable:
             args = list(primals)
             for i, v in zip(mask, diff):
                 args[i] = v
-            return op.fwd(*args, **attrs)
+            return op._impl(*args, **attrs)
 
         _, pullback = jax.vjp(f, *(primals[i] for i in mask))
         return pullback(cts if op.multi_output else cts[0])
 
     return bwd
+
+
+def _cut_gradients(fwd: Callable, differentiable: bool,
+                   nondiff_outputs: tuple[int, ...]) -> Callable:
+    """`fwd` with `stop_gradient` on the outputs that carry no gradient, so that differentiating
+    a traced program as a whole (a compiled segment) agrees with the eager tape. XLA drops the
+    `stop_gradient`s, so eager calls pay nothing for them."""
+    if differentiable and not nondiff_outputs:
+        return fwd
+
+    @ft.wraps(fwd)
+    def impl(*args: Any, **attrs: Any) -> Any:
+        out = fwd(*args, **attrs)
+        if not differentiable:
+            return jax.tree.map(jax.lax.stop_gradient, out)
+        return tuple(jax.lax.stop_gradient(o) if i in nondiff_outputs else o
+                     for i, o in enumerate(out))
+
+    return impl
 
 
 def defop(name: str, **options: Any) -> Callable[[Callable], Op]:

@@ -50,11 +50,10 @@ class Optimizer:
     def _update(self, param: Tensor, group: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    @staticmethod
-    def hyper(group: dict[str, Any], key: str) -> Any:
+    def hyper(self, group: dict[str, Any], key: str) -> Any:
         """The value of hyper-parameter `key` an update uses (an input during capture)."""
         value = group[key]
-        return value if hooks.active is None else hooks.active.hyper(group, key, value)
+        return value if hooks.active is None else hooks.active.hyper(self, group, key, value)
 
     def step(self) -> Optimizer:
         """Update every parameter that has a gradient; returns self."""

@@ -243,7 +243,7 @@ class Recorder(hooks.CaptureHooks):
     def module_call(self, module):
         self.events.append(f"call {type(module).__name__}")
 
-    def hyper(self, owner, key, value):
+    def hyper(self, optimizer, group, key, value):
         self.events.append(f"hyper {key}")
         return value
 
