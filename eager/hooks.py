@@ -126,6 +126,68 @@ def history(tensor: Any) -> tuple[Any, int]:
     return tensor._node, tensor._out_idx
 
 
+# ----- what a capture changes on tensors, and puts back ----------------------------------------
+def snapshot(tensor: Any) -> tuple:
+    """Everything a capture may change on `tensor` (storage, history, tracking, `.grad`)."""
+    return tensor._data, tensor._node, tensor._out_idx, tensor._tracked, tensor._grad
+
+
+def restore(tensor: Any, snap: tuple) -> None:
+    """Put back what `snapshot(tensor)` saw."""
+    tensor._data, tensor._node, tensor._out_idx, tensor._tracked, tensor._grad = snap
+
+
+def data(tensor: Any) -> Any:
+    """`tensor`'s storage as it is (no capture sees this read)."""
+    return tensor._data
+
+
+def deref(refs: Sequence[Callable[[], Any]]) -> tuple[list, list] | None:
+    """The tensors behind weak references `refs` and their storage, or None if one died."""
+    tensors = [r() for r in refs]
+    try:
+        return tensors, [t._data for t in tensors]
+    except AttributeError:  # a reference died (None has no storage)
+        return None
+
+
+def raw_grad(tensor: Any) -> Any:
+    """`tensor.grad` without telling any capture."""
+    return tensor._grad
+
+
+def set_data(tensor: Any, array: Any) -> None:
+    """Replace `tensor`'s storage without telling any capture (a capture's own bookkeeping)."""
+    tensor._data = array
+
+
+def mark_leaf(tensor: Any) -> None:
+    """Make `tensor` a fresh leaf that ops record gradients for (while a tape state that
+    records is set): a capture differentiated as a whole tracks every input this way."""
+    tensor._node, tensor._out_idx = None, 0
+    if tensor._data.dtype.kind in "fc":
+        tensor._tracked = 1
+
+
+def tape_state() -> tuple[int, int]:
+    """The global recording state (recording GradManagers, no_grad depth)."""
+    return _tape.STATE.recording, _tape.STATE.paused
+
+
+def set_tape_state(state: tuple[int, int]) -> None:
+    """Set the global recording state, e.g. to record privately during a capture."""
+    _tape.STATE.recording, _tape.STATE.paused = state
+
+
+def leaf_dependencies(tensors: Sequence[Any]) -> list[list[Any]]:
+    """For each tensor, the leaf tensors its recorded gradient history reaches."""
+    return _tape.leaf_dependencies(tensors)
+
+
 # Imported last: tensor.py and tape.py import this module.
 from . import tape as _tape  # noqa: E402
 from . import tensor as _tensor  # noqa: E402
+
+# The bridge calls these once per output and per call: bind them directly (same behaviour).
+wrap = _tensor._wrap  # noqa: F811
+is_recording = _tape.is_recording  # noqa: F811

@@ -35,7 +35,7 @@ _add = jax.jit(jnp.add)
 
 
 def is_recording() -> bool:
-    """True when an op on a tracked tensor would be recorded."""
+    """True when an op on a tensor with gradient history would be recorded now."""
     return STATE.recording > 0 and STATE.paused == 0
 
 
@@ -128,3 +128,31 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any]) -> dict[int, lis
         for node in order:
             node.freed, node.vjp, node.parents, node.cts = True, None, (), None
     return leaves
+
+
+def leaf_dependencies(tensors: Sequence[Any]) -> list[list[Any]]:
+    """For each tensor, the leaf tensors reached through its recorded history (nodes are
+    visited once for all tensors together, in sequence order)."""
+    starts = [t._node for t in tensors if t._node is not None]
+    nodes = sorted(_reachable_any(starts), key=lambda n: n.seq)
+    deps: dict[int, dict[int, Any]] = {}
+    for node in nodes:
+        acc: dict[int, Any] = {}
+        for p in node.parents:
+            if type(p) is tuple:
+                acc.update(deps[id(p[0])])
+            else:
+                acc[id(p)] = p
+        deps[id(node)] = acc
+    return [[] if t._node is None else list(deps[id(t._node)].values()) for t in tensors]
+
+
+def _reachable_any(starts: Sequence[Node]) -> list[Node]:
+    seen: dict[int, Node] = {}
+    stack = list(starts)
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(p[0] for p in node.parents if type(p) is tuple)
+    return list(seen.values())

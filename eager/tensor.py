@@ -275,6 +275,7 @@ def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0) -> None:
 
 
 def _wrap(array: Any) -> Tensor:
+    """A Tensor holding `array` as it is: no copy, no device move, no gradient history."""
     t = Tensor.__new__(Tensor)
     t._data, t._node, t._out_idx, t._tracked, t._grad = array, None, 0, 0, None
     if hooks.active is not None:

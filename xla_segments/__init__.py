@@ -1,5 +1,12 @@
-"""xla_segments: pure jax, no Tensors. Given a pure function over arrays and abstract inputs,
-compile its executables (forward with residuals, backward, inference-only forward).
+"""xla_segments: compile pure array functions into XLA executables, and describe them.
 
-Built in issue 3; it imports only jax.
+Pure jax, no Tensors. A `Segment` holds a function over arrays and its abstract inputs and
+builds, on demand, the inference forward and, per gradient signature, the training forward
+(outputs and residuals, from `jax.vjp`) and the backward (input gradients from residuals and
+output cotangents). Each `Executable` reports its compile time, XLA's cost and memory analyses
+and its HLO.
 """
+
+from .segment import Executable, Segment
+
+__all__ = ["Segment", "Executable"]

@@ -2,8 +2,8 @@
 
 Attributes are scanned in the order they were set; Tensors and Modules inside lists, tuples and
 dicts count too (named `attr.0`, `attr.key`). A `Parameter` is a parameter, any other Tensor a
-buffer. Setting a Tensor or Module attribute bumps `structure_version` and, like a change of
-training mode, `eager.hooks.epoch`, which a capture's guards watch.
+buffer. Setting a Tensor or Module attribute bumps `structure_version`; setting any attribute,
+or changing training mode, bumps `eager.hooks.epoch`, which a capture's guards watch.
 """
 
 from __future__ import annotations
@@ -45,9 +45,7 @@ class Module:
         if _is_state(value) or _is_state(old) or isinstance(value, (list, tuple, dict)):
             version = self.__dict__.get("structure_version", 0) + 1
             object.__setattr__(self, "structure_version", version)
-            hooks.bump_epoch()
-        elif name == "training":
-            hooks.bump_epoch()
+        hooks.bump_epoch()
         object.__setattr__(self, name, value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -18,7 +18,14 @@ from ..tensor import Tensor, rebind
 
 
 class Optimizer:
-    """Base class: subclasses define `_init_state(param, group)` and `_update(param, group)`."""
+    """Base class: subclasses define `_init_state(param, group)` and `_update(param, group)`.
+
+    Updates read numeric hyper-parameters through `self.hyper(group, key)`, so that a capture
+    feeds them as inputs; `structural_hypers` names those whose zero-ness selects a different
+    computation (a capture keys on it instead).
+    """
+
+    structural_hypers: tuple[str, ...] = ()
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
         self.defaults = defaults
@@ -43,6 +50,7 @@ class Optimizer:
         self.param_groups.append(group)
         for p in ps:
             self.state[p] = self._init_state(p, group)
+        hooks.bump_epoch()
 
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {}
@@ -103,6 +111,7 @@ class Optimizer:
                     rebind(own_state[k], jnp.asarray(arr, own_state[k].dtype))
                 else:
                     own_state[k] = Tensor(arr)
+                    hooks.bump_epoch()
 
 
 __all__ = ["Optimizer"]

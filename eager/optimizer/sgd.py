@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .. import hooks
 from ..creation import zeros_like
 from ..ops import OPS
 from ..tensor import Tensor, apply
@@ -16,6 +17,8 @@ class SGD(Optimizer):
     (or lr * (g + momentum * buf) with `nesterov`). `buf` starts at zero, so the first step
     moves by lr * grad.
     """
+
+    structural_hypers = ("momentum",)
 
     def __init__(self, params: Iterable[Any], lr: float, momentum: float = 0.0,
                  nesterov: bool = False, weight_decay: float = 0.0):
@@ -38,6 +41,7 @@ class SGD(Optimizer):
             return
         if "momentum_buffer" not in state:  # momentum switched on after construction
             state["momentum_buffer"] = zeros_like(p)
+            hooks.bump_epoch()
         buf = state["momentum_buffer"]
         new_p, new_buf = apply(OPS["sgd_update"], p, p.grad, buf, lr,
                                self.hyper(group, "momentum"), wd,

@@ -1,0 +1,85 @@
+"""`SegmentFunction`: a compiled segment called on Tensors, as one node of the eager tape.
+
+When a GradManager records and some input needs a gradient, the call runs the segment's training
+forward, keeps its residuals in one tape node and returns Tensors whose gradient history is that
+node; the eager backward pass hands the node the output cotangents (zeros for outputs nobody
+used) and it runs the segment's backward executable once. Otherwise the inference forward runs
+and nothing is kept. Each call records its own node, so a segment may run several times before
+one backward (shared weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import eager
+from xla_segments import Segment
+
+_hooks = eager.hooks
+
+
+class SegmentFunction:
+    """Call `segment` on Tensors with gradient tracking.
+
+    Args:
+        segment: the compiled function.
+        deps: per output, the indices of the inputs it depends on differentiably (empty for
+            outputs that never carry a gradient: integers, statistics, stop_gradient results).
+        name: the tape node's name (shown in errors about freed graphs).
+    """
+
+    __slots__ = ("segment", "deps", "name", "_plans", "_forward")
+
+    def __init__(self, segment: Segment, deps: Sequence[frozenset[int]], name: str):
+        self.segment = segment
+        self.deps = tuple(frozenset(d) for d in deps)
+        self.name = name
+        self._plans: dict[tuple[int, ...], tuple | None] = {}
+        self._forward: Any = None
+
+    def wrt(self, tensors: Sequence[Any]) -> tuple[int, ...]:
+        """The positions of the inputs that need a gradient now (none when nothing records)."""
+        if not _hooks.is_recording():
+            return ()
+        needs = _hooks.needs_grad
+        return tuple(i for i, t in enumerate(tensors) if t is not None and needs(t))
+
+    def __call__(self, arrays: Sequence[Any], tensors: Sequence[Any],
+                 wrt: tuple[int, ...] | None = None) -> list[Any]:
+        """Run on `arrays` (one per input; `tensors[i]` is the Tensor input i came from, or
+        None) and return one Tensor per output. `wrt` may be passed when already computed."""
+        if wrt is None:
+            wrt = self.wrt(tensors)
+        plan = self._plan(wrt) if wrt else None
+        wrap = _hooks.wrap
+        if plan is None:
+            forward = self._forward
+            if forward is None:
+                forward = self._forward = self.segment.forward().compiled
+            return [wrap(o) for o in forward(*arrays)]
+        fwd, bwd, used, diff_outputs = plan
+        outs, residuals = fwd(*arrays)
+        results = [wrap(o) for o in outs]
+
+        def backward(cotangents: list) -> Any:
+            return bwd(residuals, tuple(cotangents))
+
+        _hooks.make_node(self.name, [tensors[i] for i in used],
+                         [results[j] for j in diff_outputs], backward)
+        return results
+
+    def _plan(self, wrt: tuple[int, ...]) -> tuple | None:
+        """(forward, backward, inputs differentiated, outputs differentiated) for the inputs
+        `wrt` that need a gradient, or None when no output depends on any of them."""
+        if wrt in self._plans:
+            return self._plans[wrt]
+        wanted = frozenset(wrt)
+        diff_outputs = tuple(j for j, d in enumerate(self.deps) if d & wanted)
+        used = tuple(i for i in wrt if any(i in self.deps[j] for j in diff_outputs))
+        plan = None
+        if diff_outputs:
+            fwd, bwd = self.segment.vjp(used, diff_outputs)
+            plan = (fwd.compiled, bwd.compiled, used, diff_outputs)
+        self._plans[wrt] = plan
+        return plan

@@ -1,0 +1,528 @@
+"""Capture: run a region's Python once on tracer-backed tensors and turn it into a pure function
+over arrays, plus what is needed to call that function again on fresh state.
+
+How it works. The region runs inside `jax.make_jaxpr` with the hooks of `eager.hooks`
+installed. Tensor arguments hold the trace's input tracers. Every other tensor that existed
+before the call and that an op reads (module parameters and buffers, closure and global tensors,
+the RNG key, optimizer state, `.grad` slots) keeps its concrete array, which jax records as a
+constant of the program; the constant is mapped back to its Tensor by identity and becomes an
+input too, read afresh at every call. Optimizer hyper-parameters are materialized as fresh 0-d
+arrays, so they become inputs the same way. Every rebind of a pre-existing tensor, `.grad` write,
+module attribute write and tensor created in the region that outlives it becomes an output,
+written back after each call. Everything the capture changed is restored before it returns,
+whether it succeeded or not: the region's effects come from running the compiled program.
+
+For `partial_trace` the capture records gradients privately, every input being a leaf that needs
+one, so that (a) the program cuts gradients exactly where the eager tape would (`no_grad`,
+`detach`, non-differentiable ops) and (b) each output knows which inputs it depends on.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import eager as eg
+import eager.module as M
+
+from .errors import (
+    InvalidTensorError,
+    ModuleRebindError,
+    UnsupportedInRegionError,
+    UnsupportedOutputError,
+    ValueReadError,
+)
+from .guards import Call
+from .source import describe_location, user_location
+
+hooks = eg.hooks
+_data = hooks.data
+_Tensor, _Module = eg.Tensor, M.Module
+_STATIC = (bool, int, float, complex, str, bytes, type(None))
+
+# Where an input's value comes from at call time (beyond the Tensor arguments).
+REF, GRAD, HYPER = "ref", "grad", "hyper"
+# Where an output goes after the call.
+ARG, RESULT, CONST = "arg", "result", "const"
+GRAD_DATA, ATTR = "grad data", "attr"
+
+
+@dataclass
+class Program:
+    """A captured region: the jaxpr and how to feed it and use what it returns."""
+
+    jaxpr: Any
+    consts: list  # per constvar: (input position, None) or (None, baked array)
+    n_args: int
+    in_avals: list  # one per input: arguments first, then `sources`
+    sources: list  # per extra input: (REF, weakref) | (GRAD, owner weakref) | (HYPER, ...)
+    n_results: int
+    deps: list  # per result: frozenset of input positions it depends on differentiably
+    writes: list  # (destination, result index): what to write back after a call
+    out_treedef: Any
+    out_leaves: list  # per output leaf: (RESULT, i) | (ARG, k) | (REF, weakref) | (CONST, v)
+    modules: list  # (weakref, signature exclusions) for every module whose structure matters
+    optimizers: list  # (weakref, frozenset of (group index, key) read as inputs)
+    grad_presence: list  # (owner weakref, had a .grad) for slots read before written
+    arg_state: list  # per Tensor argument: None, or weakref to the state tensor it was
+    state_ids: frozenset  # ids of module/optimizer state tensors reachable at capture
+    seconds: float = 0.0
+    ops: int = field(default=0)
+
+    def function(self) -> Callable[..., list]:
+        """The pure function over (argument arrays, extra input arrays)."""
+        jaxpr, consts, n = self.jaxpr, self.consts, self.n_args
+
+        def region(*inputs: Any) -> list:
+            values = [inputs[p] if p is not None else v for p, v in consts]
+            return jax.core.eval_jaxpr(jaxpr, values, *inputs[:n])
+
+        return region
+
+
+class _Poisoned:
+    """The storage of a tensor created inside a capture that failed: any use raises."""
+
+    def __init__(self, where: str, shape: tuple, dtype: Any):
+        self.where, self.shape, self.dtype = where, shape, np.dtype(dtype)
+        self.ndim = len(shape)
+        self.weak_type = False
+
+    def _fail(self, *_: Any, **__: Any) -> Any:
+        raise InvalidTensorError(
+            f"this tensor was created inside a traced region ({self.where}) whose capture "
+            "failed, so it never received a value; compute it again outside the region")
+
+    __jax_array__ = __array__ = devices = _fail
+
+
+class Capture(hooks.CaptureHooks):
+    """The hooks installed while a region runs once under `jax.make_jaxpr`."""
+
+    def __init__(self, kind: str, differentiable: bool):
+        self.kind = kind  # "partial_trace" or "xla_trace", for messages
+        self.differentiable = differentiable
+        self.n_args = 0
+        self.arg_index: dict[int, int] = {}  # id(tensor) -> argument position
+        self.inputs: list = []  # extra inputs: (source, array)
+        self.input_of_tensor: dict[int, int] = {}  # id(tensor) -> input position
+        self.input_of_array: dict[int, int] = {}  # id(array) -> input position
+        self.source_of: dict[int, tuple] = {}  # id(tensor) -> source, for extra inputs
+        self.seen: set[int] = set()  # ids of tensors already classified
+        self.made: dict[int, weakref.ref] = {}
+        self.saved: dict[int, tuple] = {}  # id -> (tensor, snapshot) of pre-existing tensors
+        self.mutated: dict[int, Any] = {}  # pre-existing tensors rebound, in order
+        self.grad_slots: dict[int, tuple] = {}  # id(owner) -> (owner, read first, had a grad)
+        self.grads_written: dict[int, Any] = {}
+        self.setattrs: dict[tuple[int, str], tuple] = {}  # (id, name) -> (module, name, old)
+        self.attr_outputs: dict[tuple[int, str], tuple] = {}  # tensor-valued attribute writes
+        self.modules: dict[int, Any] = {}
+        self.optimizers: dict[int, Any] = {}
+        self.hyper_values: dict[tuple, Any] = {}
+        self.hyper_inputs: dict[int, set] = {}
+        self.keep: list = []  # arrays whose ids identify inputs: kept alive while capturing
+        self.ops = 0
+
+    # ----- classification of tensors -----------------------------------------------------
+    def _save(self, t: Any) -> None:
+        if id(t) not in self.saved:
+            self.saved[id(t)] = (t, hooks.snapshot(t))
+
+    def _new_input(self, source: tuple, array: Any, t: Any = None) -> int:
+        if id(array) in self.input_of_array:
+            # Another input holds the same immutable array (an alias such as `t.detach()`):
+            # give this one its own copy, so the program's constants map back one to one.
+            with jax.ensure_compile_time_eval():
+                array = jnp.array(array, copy=True)
+            if t is not None:
+                hooks.set_data(t, array)
+        pos = self.n_args + len(self.inputs)
+        self.inputs.append((source, array))
+        self.input_of_array[id(array)] = pos
+        self.keep.append(array)
+        if t is not None:
+            self.input_of_tensor[id(t)] = pos
+        return pos
+
+    def _lift(self, t: Any, source: tuple) -> None:
+        """`t` existed before the region and is read now: make it an input."""
+        self.seen.add(id(t))
+        self._save(t)
+        self.source_of[id(t)] = source
+        self._new_input(source, _data(t), t)
+        if self.differentiable:
+            hooks.mark_leaf(t)
+
+    def add_argument(self, t: Any, tracer: Any) -> None:
+        """Tensor argument `t` holds `tracer` while the region runs."""
+        self.seen.add(id(t))
+        self._save(t)
+        self.arg_index[id(t)] = self.n_args
+        self.input_of_tensor[id(t)] = self.n_args
+        self.n_args += 1
+        hooks.set_data(t, tracer)
+        if self.differentiable:
+            hooks.mark_leaf(t)
+
+    def is_created(self, t: Any) -> bool:
+        return id(t) in self.made
+
+    # ----- the hooks ---------------------------------------------------------------------
+    def read(self, t: Any) -> Any:
+        if id(t) not in self.seen:
+            self._lift(t, (REF, weakref.ref(t)))
+        self.ops += 1
+        return _data(t)
+
+    def rebind(self, t: Any, value: Any) -> None:
+        if id(t) in self.made:
+            return
+        if id(t) not in self.seen:  # written before being read: an output, not an input
+            self.seen.add(id(t))
+            self._save(t)
+        self.mutated[id(t)] = t
+
+    def created(self, t: Any) -> None:
+        key = id(t)
+        self.made[key] = weakref.ref(t, lambda _, k=key: self.made.pop(k, None))
+        self.seen.add(key)
+
+    def value_read(self, t: Any, what: str) -> None:
+        if id(t) in self.made and not isinstance(_data(t), jax.core.Tracer):
+            return  # a constant made inside the region: its value is known now
+        where = describe_location(user_location())
+        raise ValueReadError(
+            f"{where}: {what} reads the value of a tensor inside a {self.kind} region, where "
+            "tensors stand for values computed later by the compiled code. Move the read out "
+            "of the region (return the tensor and read it after the call), or, for a "
+            "data-dependent choice, compute both sides and pick with F.where(cond, a, b).")
+
+    def module_call(self, module: Any) -> None:
+        self.modules[id(module)] = module
+
+    def module_setattr(self, module: Any, name: str, old: Any, value: Any) -> None:
+        if isinstance(old, _Module) or isinstance(value, _Module):
+            raise self._rebind_error(module, name, "a sub-module", "outside the region")
+        if isinstance(old, _Tensor) and not self.is_created(old) and (
+                isinstance(old, eg.Parameter) or id(old) in self.input_of_tensor
+                or id(old) in self.mutated):
+            raise self._rebind_error(
+                module, name, "a Parameter" if isinstance(old, eg.Parameter) else "a tensor "
+                "the region reads", f"in place (`self.{name}[...] = new_value`)")
+        key = (id(module), name)
+        self.setattrs.setdefault(key, (module, name, module.__dict__.get(name, _MISSING)))
+        if isinstance(value, _Tensor) or isinstance(old, _Tensor):
+            self.attr_outputs[key] = (module, name)
+
+    def _rebind_error(self, module: Any, name: str, what: str, how: str) -> ModuleRebindError:
+        where = describe_location(user_location())
+        return ModuleRebindError(
+            f"{where}: assigning `{name}` of a {type(module).__name__}, which holds {what}, "
+            f"inside a {self.kind} region would change the model's structure. Update it {how}, "
+            "or do the assignment outside the region.")
+
+    def grad_read(self, owner: Any) -> None:
+        self._save(owner)
+        g = hooks.raw_grad(owner)
+        self.grad_slots.setdefault(id(owner), (owner, True, g is not None))
+        if g is not None and id(g) not in self.seen:
+            self._lift(g, (GRAD, weakref.ref(owner)))
+
+    def grad_write(self, owner: Any, value: Any) -> None:
+        self._save(owner)
+        self.grad_slots.setdefault(id(owner), (owner, False, None))
+        self.grads_written[id(owner)] = owner
+
+    def hyper(self, optimizer: Any, group: dict, key: str, value: Any) -> Any:
+        gi = next(i for i, g in enumerate(optimizer.param_groups) if g is group)
+        cache_key = (id(optimizer), gi, key)
+        if cache_key in self.hyper_values:
+            return self.hyper_values[cache_key]
+        self.optimizers[id(optimizer)] = optimizer
+        numbers = value if isinstance(value, (tuple, list)) else (value,)
+        if not all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+                   for v in numbers):
+            return value  # not numeric: baked in, and the optimizer guard keys on its value
+        self.hyper_inputs.setdefault(id(optimizer), set()).add((gi, key))
+        arrays = []
+        for ei, v in enumerate(numbers):
+            with jax.ensure_compile_time_eval():
+                a = jnp.asarray(float(v))
+            elem = ei if isinstance(value, (tuple, list)) else None
+            self._new_input((HYPER, weakref.ref(optimizer), gi, key, elem), a)
+            arrays.append(a)
+        result = tuple(arrays) if isinstance(value, (tuple, list)) else arrays[0]
+        self.hyper_values[cache_key] = result
+        return result
+
+    def untracked(self, array: Any) -> Any:
+        return jax.lax.stop_gradient(array) if self.differentiable else array
+
+    def function_call(self, function: Any) -> None:
+        if self.differentiable:
+            where = describe_location(user_location())
+            raise UnsupportedInRegionError(
+                f"{where}: the custom autodiff Function {type(function).__name__} is called "
+                f"inside a {self.kind} region, whose backward is derived by jax from the "
+                "forward, so its own backward would be ignored. Call it outside the region, or "
+                "compile the whole step with xla_trace (which runs Function backwards).")
+
+    def backward(self, manager: Any) -> None:
+        if self.differentiable:
+            where = describe_location(user_location())
+            raise UnsupportedInRegionError(
+                f"{where}: GradManager.backward inside a {self.kind} region. A partial_trace "
+                "region compiles a forward (and its backward runs when you call gm.backward "
+                "outside it); to compile forward, backward and update together use xla_trace.")
+
+    # ----- end of the region -------------------------------------------------------------
+    def finish(self, out: Any) -> list:
+        """Classify the region's outputs and effects; return the arrays it must output."""
+        self.results: list = []
+        self.result_tensors: list = []
+        self._result_of: dict[int, int] = {}
+        self._outputs(out)
+        self.writes: list = []
+        self._effects()
+        escaped = self._escaped()
+        if escaped:  # look again once reference cycles are gone
+            gc.collect()
+            escaped = self._escaped()
+        for t in escaped:
+            self.writes.append(((REF, weakref.ref(t)), (RESULT, self._result(t))))
+        return list(self.results)
+
+    def _result(self, t: Any) -> int:
+        """The index of the program output carrying `t`'s final value (added on first use)."""
+        r = self._result_of.get(id(t))
+        if r is None:
+            r = self._result_of[id(t)] = len(self.results)
+            self.results.append(_data(t))
+            self.result_tensors.append(t)
+        return r
+
+    def _describe(self, t: Any) -> tuple:
+        """Where a call finds the Tensor `t` stands for: a program output, an argument, a
+        tensor by reference, or the current `.grad` of its owner."""
+        if self.is_created(t):
+            return (RESULT, self._result(t))
+        if id(t) in self.arg_index:
+            return (ARG, self.arg_index[id(t)])
+        source = self.source_of.get(id(t), (None,))
+        if source[0] == GRAD:
+            return (GRAD, source[1])
+        return (REF, weakref.ref(t))
+
+    def _outputs(self, out: Any) -> None:
+        leaves, self.out_treedef = jax.tree.flatten(out)
+        self.out_leaves = []
+        for leaf in leaves:
+            if isinstance(leaf, _Tensor):
+                self.out_leaves.append(self._describe(leaf))
+            elif isinstance(leaf, (*_STATIC, np.generic)):
+                self.out_leaves.append((CONST, leaf))
+            else:
+                raise UnsupportedOutputError(
+                    f"the {self.kind} function returned a {type(leaf).__name__}; it may return "
+                    "Tensors, plain Python values and tuples, lists and dicts of them. Return "
+                    "the tensors you need and keep other objects outside the region.")
+
+    def _effects(self) -> None:
+        """Writes for rebound tensors, `.grad` slots and tensor-valued module attributes."""
+        for t in self.mutated.values():
+            source = self.source_of.get(id(t), (None,))
+            if id(t) in self.arg_index:
+                dest: tuple = (ARG, self.arg_index[id(t)])
+            elif source[0] == GRAD:
+                dest = (GRAD_DATA, source[1])
+            else:
+                dest = (REF, weakref.ref(t))
+            self.writes.append((dest, (RESULT, self._result(t))))
+        for owner in self.grads_written.values():
+            g = hooks.raw_grad(owner)
+            self.writes.append(((GRAD, weakref.ref(owner)),
+                                (CONST, None) if g is None else self._describe(g)))
+        for module, name in self.attr_outputs.values():
+            v = module.__dict__.get(name)
+            self.writes.append(((ATTR, weakref.ref(module), name),
+                                self._describe(v) if isinstance(v, _Tensor) else (CONST, v)))
+
+    def _escaped(self) -> list:
+        """Tensors created in the region, still alive, holding a traced value, not returned."""
+        alive = [r() for r in list(self.made.values())]
+        return [t for t in alive if t is not None and id(t) not in self._result_of
+                and isinstance(_data(t), jax.core.Tracer)]
+
+    # ----- putting things back -------------------------------------------------------------
+    def restore(self, failed: bool) -> None:
+        """Put back every tensor, `.grad` slot and tensor-valued module attribute (all module
+        attributes, when the capture failed; otherwise plain values the region assigned stay,
+        as Python side effects of the capture)."""
+        for t, snap in self.saved.values():
+            hooks.restore(t, snap)
+        for key, (module, name, old) in self.setattrs.items():
+            if not failed and key not in self.attr_outputs:
+                continue
+            if old is _MISSING:
+                module.__dict__.pop(name, None)
+            else:
+                object.__setattr__(module, name, old)
+        if failed:
+            where = describe_location(user_location())
+            for r in list(self.made.values()):
+                t = r()
+                if t is not None and isinstance(_data(t), jax.core.Tracer):
+                    hooks.set_data(t, _Poisoned(where, tuple(_data(t).shape), _data(t).dtype))
+        self.keep.clear()
+
+
+_MISSING = object()
+
+
+def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
+            differentiable: bool, capture_as_const: bool) -> Program:
+    """Run `fn(*args, **kwargs)` once under `jax.make_jaxpr` and describe it as a `Program`.
+
+    `call` is the flattened arguments (`guards.flatten_call`). The tensors, modules, optimizers,
+    `.grad` slots and the RNG state are exactly as before when this returns or raises.
+    """
+    start = time.perf_counter()
+    eg.random.get_state()  # the key must exist before the region so it is an input, not baked
+    cap = Capture(kind, differentiable)
+    saved_tape = hooks.tape_state()
+    failed = True
+
+    def region(*arg_arrays: Any) -> list:
+        for t, a in zip(call.tensors, arg_arrays):
+            cap.add_argument(t, a)
+        hooks.set_tape_state((1, 0) if differentiable else (0, 0))
+        try:
+            with hooks.capturing(cap):
+                out = fn(*args, **kwargs)
+        finally:
+            hooks.set_tape_state(saved_tape)
+        return cap.finish(out)
+
+    try:
+        closed = jax.make_jaxpr(region)(*call.arrays)
+        program = _program(cap, closed, call, capture_as_const)
+        failed = False
+    finally:
+        hooks.set_tape_state(saved_tape)
+        cap.restore(failed)
+    program.seconds = time.perf_counter() - start
+    program.ops = cap.ops
+    return program
+
+
+def _program(cap: Capture, closed: Any, call: Call, capture_as_const: bool) -> Program:
+    n = cap.n_args
+    baked = _bakeable(cap, call) if capture_as_const else set()
+    # Keep the extra inputs the program uses, in order; renumber them after the arguments.
+    used = {}
+    for c in closed.consts:
+        pos = cap.input_of_array.get(id(c))
+        if pos is not None and pos not in baked:
+            used.setdefault(pos, None)
+    rank = {REF: 0, GRAD: 1, HYPER: 2}  # grouped by kind: a call gathers each kind at once
+    order = sorted(used, key=lambda p: (rank[cap.inputs[p - n][0][0]], p))
+    new_pos = {old: n + i for i, old in enumerate(order)}
+    consts = [(new_pos[p], None) if (p := cap.input_of_array.get(id(c))) in new_pos else (None, c)
+              for c in closed.consts]
+    sources = [cap.inputs[p - n][0] for p in order]
+    in_avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+                for a in call.arrays]
+    in_avals += [_aval(cap.inputs[p - n][1]) for p in order]
+
+    remap = {**{i: i for i in range(n)}, **new_pos}
+    if cap.differentiable:
+        leaves = hooks.leaf_dependencies(cap.result_tensors)
+        deps = [frozenset(remap[q] for t in ls if (q := cap.input_of_tensor.get(id(t))) in remap)
+                for ls in leaves]
+    else:
+        deps = [frozenset()] * len(cap.results)
+
+    modules = _guarded_modules(cap, call)
+    state = _state_tensors(modules, cap.optimizers.values(), call)
+    return Program(
+        jaxpr=closed.jaxpr, consts=consts, n_args=n, in_avals=in_avals, sources=sources,
+        n_results=len(cap.results), deps=deps, writes=cap.writes,
+        out_treedef=cap.out_treedef, out_leaves=cap.out_leaves,
+        modules=[(weakref.ref(m), frozenset(name for (mid, name) in cap.attr_outputs
+                                            if mid == id(m))) for m in modules],
+        optimizers=[(weakref.ref(o), frozenset(cap.hyper_inputs.get(id(o), ())))
+                    for o in _optimizers(cap, call)],
+        grad_presence=[(weakref.ref(owner), had_grad)
+                       for owner, read_first, had_grad in cap.grad_slots.values() if read_first],
+        arg_state=[weakref.ref(t) if id(t) in state else None for t in call.tensors],
+        state_ids=frozenset(state),
+    )
+
+
+def _aval(a: Any) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False))
+
+
+def _guarded_modules(cap: Capture, call: Call) -> list:
+    """Every module the region called or was given, with all their sub-modules."""
+    roots = list(cap.modules.values()) + [o for o in call.objects if isinstance(o, _Module)]
+    seen: dict[int, Any] = {}
+    for root in roots:
+        for m in root.modules():
+            seen.setdefault(id(m), m)
+    return list(seen.values())
+
+
+def _optimizers(cap: Capture, call: Call) -> list:
+    opts = dict(cap.optimizers)
+    for o in call.objects:
+        if isinstance(o, eg.optimizer.Optimizer):
+            opts.setdefault(id(o), o)
+    return list(opts.values())
+
+
+def _state_tensors(modules: list, optimizers: Any, call: Call) -> dict[int, Any]:
+    """id -> tensor for the parameters, buffers and optimizer state the region may reach."""
+    state: dict[int, Any] = {}
+    for m in modules:
+        for t in m.parameters() + m.buffers():
+            state[id(t)] = t
+    opts = list(optimizers) + [o for o in call.objects if isinstance(o, eg.optimizer.Optimizer)]
+    for o in opts:
+        for g in o.param_groups:
+            for p in g["params"]:
+                state[id(p)] = p
+        for s in o.state.values():
+            for t in s.values():
+                state[id(t)] = t
+    return state
+
+
+def _bakeable(cap: Capture, call: Call) -> set[int]:
+    """Input positions `capture_as_const=True` bakes in: closed-over tensors that the region
+    does not rebind and that are not reachable from Module or Optimizer arguments."""
+    reachable: set[int] = set()
+    for o in call.objects:
+        if isinstance(o, _Module):
+            reachable.update(id(t) for t in o.parameters() + o.buffers())
+        else:
+            reachable.update(id(p) for g in o.param_groups for p in g["params"])
+            reachable.update(id(t) for s in o.state.values() for t in s.values())
+    random_key = id(eg.random.get_state())
+    baked = set()
+    for tid, pos in cap.input_of_tensor.items():
+        if pos < cap.n_args:
+            continue
+        source = cap.inputs[pos - cap.n_args][0]
+        if source[0] == REF and tid not in reachable and tid not in cap.mutated \
+                and tid != random_key:
+            baked.add(pos)
+    return baked

@@ -1,0 +1,34 @@
+"""The errors of capture. Every one names the user's code (file and line where known) and says
+what to do instead."""
+
+from __future__ import annotations
+
+
+class TraceError(Exception):
+    """Base class of every capture error raised by `partial_trace` and `xla_trace`."""
+
+
+class ValueReadError(TraceError):
+    """A tensor's value was read inside a region (`.item()`, `.numpy()`, `bool()`, `if x:`),
+    where tensors stand for values that exist only when the compiled code runs."""
+
+
+class UnsupportedArgumentError(TraceError, TypeError):
+    """An argument of a traced function is of a type capture cannot key or pass."""
+
+
+class UnsupportedOutputError(TraceError, TypeError):
+    """A traced function returned something other than Tensors, containers and plain values."""
+
+
+class ModuleRebindError(TraceError):
+    """A region assigned a new Tensor or Module to a module attribute that holds model state."""
+
+
+class UnsupportedInRegionError(TraceError):
+    """A construct that cannot run inside this kind of region (e.g. `gm.backward` inside
+    `partial_trace`)."""
+
+
+class InvalidTensorError(TraceError):
+    """A tensor created inside a region whose capture failed was used afterwards."""

@@ -1,0 +1,235 @@
+"""`Entry`: one compiled specialization of a traced function, and its per-call work.
+
+A call gathers the inputs (the Tensor arguments, then every lifted tensor, `.grad` slot and
+hyper-parameter read afresh), checks the guards that are not part of the key, runs the segment
+(through `autograd_bridge`, which records the grad node when one is needed), then writes back
+every effect of the region and rebuilds the output structure.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import jax.numpy as jnp
+
+import eager as eg
+from autograd_bridge import SegmentFunction
+from xla_segments import Segment
+
+from .capture import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT, Program
+from .guards import (
+    Call,
+    describe_module_change,
+    module_signature,
+    optimizer_signature,
+    optimizer_state_signature,
+)
+
+hooks = eg.hooks
+_read, _rebind, _history, _data, _deref = (eg.read, eg.rebind, hooks.history, hooks.data,
+                                           hooks.deref)
+_wrap, _is_recording = hooks.wrap, hooks.is_recording
+
+MISS = object()  # returned by `Entry.run` when the entry cannot serve the call after all
+
+
+class Entry:
+    """A captured program compiled for one guard key, with the guards it was captured under."""
+
+    def __init__(self, key: tuple, program: Program, call: Call, name: str):
+        self.key = key
+        self.program = program
+        self.segment = Segment(program.function(), program.in_avals, name=name)
+        self.function = SegmentFunction(self.segment, program.deps, name)
+        # Sources come grouped: tensors (by weak reference), then .grad slots, then
+        # hyper-parameters as [optimizer ref, group, key, element, last value, its array].
+        self.refs = [s[1] for s in program.sources if s[0] == REF]
+        self.grads = [s[1] for s in program.sources if s[0] == GRAD]
+        self.hypers = [[s[1], s[2], s[3], s[4], None, None]
+                       for s in program.sources if s[0] == HYPER]
+        self.no_hypers = [None] * len(self.hypers)
+        self.writes = program.writes
+        self.out_leaves = program.out_leaves
+        self.out_treedef = program.out_treedef
+        self.single_result = (program.out_treedef.num_leaves == 1 and program.out_leaves
+                              and program.out_leaves[0][0] == RESULT and not program.writes)
+        self.objects = [weakref.ref(o) for o in call.objects]
+        self.arg_state = program.arg_state
+        self.state_ids = program.state_ids
+        self.grad_presence = program.grad_presence
+        self.modules = [(ref, exclude, module_signature(ref(), exclude))
+                        for ref, exclude in program.modules]
+        self.optimizers = [(ref, inputs, optimizer_signature(ref(), inputs),
+                            optimizer_state_signature(ref()))
+                           for ref, inputs in program.optimizers]
+        self.epoch = hooks.epoch
+        self.forward: Any = None
+        self.simple_guards = not (self.objects or self.grad_presence or self.optimizers
+                                  or any(self.arg_state))
+
+    @property
+    def seconds(self) -> float:
+        """Capture plus compile time spent on this entry so far."""
+        return self.program.seconds + self.segment.compile_seconds
+
+    # ----- guards --------------------------------------------------------------------------
+    def check(self, call: Call) -> str | None:
+        """None when this entry can serve `call`; otherwise what differs."""
+        if self.simple_guards and self.epoch == hooks.epoch:
+            for t in call.tensors:
+                if id(t) in self.state_ids:
+                    break
+            else:
+                return None
+        reason = self._arguments_changed(call)
+        if reason:
+            return reason
+        if self.epoch != hooks.epoch:
+            reason = self._structure_changed()
+            if reason:
+                return reason
+            self.epoch = hooks.epoch
+        for ref, had in self.grad_presence:
+            owner = ref()
+            if owner is None:
+                return "a tensor whose .grad the region reads no longer exists"
+            if (owner.grad is not None) != had:
+                return f"the .grad of a tensor of shape {owner.shape} " \
+                       f"{'is now None' if had else 'is now set'}"
+        for ref, inputs, sig, _ in self.optimizers:
+            opt = ref()
+            if opt is None or optimizer_signature(opt, inputs) != sig:
+                return "an optimizer's param groups changed (a setting the region bakes in, " \
+                       "a structural choice such as momentum on/off, or the groups)"
+        return None
+
+    def _arguments_changed(self, call: Call) -> str | None:
+        for ref, obj in zip(self.objects, call.objects):
+            if ref() is not obj:
+                return f"a different {type(obj).__name__} object is passed"
+        for t, state in zip(call.tensors, self.arg_state):
+            if (id(t) in self.state_ids) if state is None else (state() is not t):
+                return "a tensor argument is now a parameter, buffer or optimizer state tensor " \
+                       "the region also reads (or no longer is)"
+        return None
+
+    def _structure_changed(self) -> str | None:
+        for ref, exclude, sig in self.modules:
+            m = ref()
+            if m is None:
+                return "a module the region uses no longer exists"
+            new = module_signature(m, exclude)
+            if new != sig:
+                return describe_module_change(m, sig, new)
+        for ref, _, _, state_sig in self.optimizers:
+            opt = ref()
+            if opt is None or optimizer_state_signature(opt) != state_sig:
+                return "an optimizer's state tensors changed (parameters or state were added)"
+        return None
+
+    # ----- a call --------------------------------------------------------------------------
+    def run(self, call: Call) -> Any:
+        """Run the program for `call` and return the region's outputs, or `MISS`."""
+        inputs = self._inputs(call)
+        if inputs is None:
+            return MISS
+        arrays, tensors = inputs
+        try:
+            if _is_recording():
+                outs = self.function(arrays, tensors)
+            else:  # the bridge's inference path, without its checks
+                forward = self.forward or self._forward()
+                outs = [_wrap(o) for o in forward(*arrays)]
+        except TypeError as e:
+            if "Argument types differ" in str(e):  # a lifted tensor changed shape or dtype
+                return MISS
+            raise
+        if self.single_result:
+            return outs[0]
+        for dest, value in self.writes:
+            self._write(dest, self._value(value, outs, call), call)
+        leaves = [self._value(leaf, outs, call) for leaf in self.out_leaves]
+        return self.out_treedef.unflatten(leaves)
+
+    def _inputs(self, call: Call) -> tuple[list, list] | None:
+        """(arrays, tensors) of every input: arguments, lifted tensors, `.grad` slots,
+        hyper-parameters; None when one of them is gone."""
+        found = _deref(self.refs)
+        if found is None:
+            return None
+        tensors, arrays = call.tensors + found[0], call.arrays + found[1]
+        if self.grads:
+            grads = [None if o is None else o.grad for o in (ref() for ref in self.grads)]
+            for g in grads:
+                if g is None:
+                    return None
+            tensors += grads
+            arrays += [_data(g) for g in grads]
+        if self.hypers:
+            values = self._hyper_arrays()
+            if values is None:
+                return None
+            arrays += values
+            tensors += self.no_hypers
+        return arrays, tensors
+
+    def _forward(self) -> Any:
+        self.forward = self.segment.forward().compiled
+        return self.forward
+
+    def _hyper_arrays(self) -> list | None:
+        """The current hyper-parameters as arrays (made anew only when a value changed)."""
+        arrays = []
+        for h in self.hypers:
+            opt = h[0]()
+            if opt is None:
+                return None
+            value = opt.param_groups[h[1]][h[2]]
+            if h[3] is not None:
+                value = value[h[3]]
+            if value != h[4] or h[5] is None:
+                h[4], h[5] = value, jnp.asarray(float(value))
+            arrays.append(h[5])
+        return arrays
+
+    @staticmethod
+    def _value(desc: tuple, outs: list, call: Call) -> Any:
+        kind = desc[0]
+        if kind == RESULT:
+            return outs[desc[1]]
+        if kind == ARG:
+            return call.tensors[desc[1]]
+        if kind == REF:
+            return desc[1]()
+        if kind == GRAD:
+            owner = desc[1]()
+            return None if owner is None else owner.grad
+        return desc[1]  # CONST
+
+    @staticmethod
+    def _write(dest: tuple, value: Any, call: Call) -> None:
+        kind = dest[0]
+        if kind == ARG:
+            target = call.tensors[dest[1]]
+        elif kind == REF:
+            target = dest[1]()
+        elif kind == GRAD_DATA:
+            owner = dest[1]()
+            target = None if owner is None else owner.grad
+        elif kind == GRAD:
+            owner = dest[1]()
+            if owner is not None:
+                owner.grad = value
+            return
+        else:
+            assert kind == ATTR
+            module = dest[1]()
+            if module is not None:
+                object.__setattr__(module, dest[2], value)
+            return
+        if target is not None:
+            _rebind(target, _read(value), *_history(value))
+
+
+__all__ = ["Entry", "MISS", "CONST"]
