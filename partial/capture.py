@@ -40,7 +40,7 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
-from .guards import Call
+from .guards import Call, optimizer_state_signature
 from .source import describe_location, user_location
 
 hooks = eg.hooks
@@ -70,12 +70,14 @@ class Program:
     out_treedef: Any
     out_leaves: list  # per output leaf: (RESULT, i) | (ARG, k) | (REF, weakref) | (CONST, v)
     modules: list  # (weakref, signature exclusions) for every module whose structure matters
-    optimizers: list  # (weakref, frozenset of (group index, key) read as inputs)
+    optimizers: list  # (weakref, (group index, key)s read as inputs, state structure before)
     grad_presence: list  # (owner weakref, had a .grad) for slots read before written
     arg_state: list  # per Tensor argument: None, or weakref to the state tensor it was
     state_ids: frozenset  # ids of module/optimizer state tensors reachable at capture
+    settle: list = field(default_factory=list)  # (weakref, result): capture-time result objects
     seconds: float = 0.0
-    ops: int = field(default=0)
+    ops: int = 0
+    epoch: int = 0  # eager.hooks.epoch before the capture ran
 
     def function(self) -> Callable[..., list]:
         """The pure function over (argument arrays, extra input arrays)."""
@@ -88,20 +90,18 @@ class Program:
         return region
 
 
-class _Poisoned:
-    """The storage of a tensor created inside a capture that failed: any use raises."""
+def _invalidate(t: Any, where: str) -> None:
+    """Make `t`, created inside a capture that failed, raise on any use instead of holding a
+    tracer: its class becomes a subclass whose storage is a property that raises."""
+    message = (f"this tensor was created inside a traced region ({where}) whose capture "
+               "failed, so it never received a value; compute it again outside the region")
 
-    def __init__(self, where: str, shape: tuple, dtype: Any):
-        self.where, self.shape, self.dtype = where, shape, np.dtype(dtype)
-        self.ndim = len(shape)
-        self.weak_type = False
+    def fail(self: Any) -> Any:
+        raise InvalidTensorError(message)
 
-    def _fail(self, *_: Any, **__: Any) -> Any:
-        raise InvalidTensorError(
-            f"this tensor was created inside a traced region ({self.where}) whose capture "
-            "failed, so it never received a value; compute it again outside the region")
-
-    __jax_array__ = __array__ = devices = _fail
+    hooks.set_data(t, None)
+    t.__class__ = type("InvalidTensor", (type(t),), {
+        "__slots__": (), "_data": property(fail), "__repr__": lambda self: "<invalid tensor>"})
 
 
 class Capture(hooks.CaptureHooks):
@@ -128,6 +128,7 @@ class Capture(hooks.CaptureHooks):
         self.optimizers: dict[int, Any] = {}
         self.hyper_values: dict[tuple, Any] = {}
         self.hyper_inputs: dict[int, set] = {}
+        self.optimizer_states: dict[int, tuple] = {}  # state structure when first seen
         self.keep: list = []  # arrays whose ids identify inputs: kept alive while capturing
         self.ops = 0
 
@@ -246,7 +247,7 @@ class Capture(hooks.CaptureHooks):
         cache_key = (id(optimizer), gi, key)
         if cache_key in self.hyper_values:
             return self.hyper_values[cache_key]
-        self.optimizers[id(optimizer)] = optimizer
+        self.see_optimizer(optimizer)
         numbers = value if isinstance(value, (tuple, list)) else (value,)
         if not all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
                    for v in numbers):
@@ -262,6 +263,12 @@ class Capture(hooks.CaptureHooks):
         result = tuple(arrays) if isinstance(value, (tuple, list)) else arrays[0]
         self.hyper_values[cache_key] = result
         return result
+
+    def see_optimizer(self, optimizer: Any) -> None:
+        """Remember `optimizer` and what its state looked like before the region changed it."""
+        if id(optimizer) not in self.optimizers:
+            self.optimizers[id(optimizer)] = optimizer
+            self.optimizer_states[id(optimizer)] = optimizer_state_signature(optimizer)
 
     def untracked(self, array: Any) -> Any:
         return jax.lax.stop_gradient(array) if self.differentiable else array
@@ -298,6 +305,10 @@ class Capture(hooks.CaptureHooks):
             escaped = self._escaped()
         for t in escaped:
             self.writes.append(((REF, weakref.ref(t)), (RESULT, self._result(t))))
+        # The region's own result Tensors may be held elsewhere too (`box["h"] = h; return h`):
+        # the first call gives them their values and returns them, as eager code would.
+        self.settle = [(weakref.ref(t), r) for r, t in enumerate(self.result_tensors)
+                       if self.is_created(t)]
         return list(self.results)
 
     def _result(self, t: Any) -> int:
@@ -327,13 +338,16 @@ class Capture(hooks.CaptureHooks):
         for leaf in leaves:
             if isinstance(leaf, _Tensor):
                 self.out_leaves.append(self._describe(leaf))
+            elif isinstance(leaf, (_Module, eg.optimizer.Optimizer)):
+                self.out_leaves.append((REF, weakref.ref(leaf)))  # e.g. `return opt.step()`
             elif isinstance(leaf, (*_STATIC, np.generic)):
                 self.out_leaves.append((CONST, leaf))
             else:
                 raise UnsupportedOutputError(
                     f"the {self.kind} function returned a {type(leaf).__name__}; it may return "
-                    "Tensors, plain Python values and tuples, lists and dicts of them. Return "
-                    "the tensors you need and keep other objects outside the region.")
+                    "Tensors, Modules, Optimizers, plain Python values and tuples, lists and "
+                    "dicts of them. Return the tensors you need and keep other objects outside "
+                    "the region.")
 
     def _effects(self) -> None:
         """Writes for rebound tensors, `.grad` slots and tensor-valued module attributes."""
@@ -380,7 +394,7 @@ class Capture(hooks.CaptureHooks):
             for r in list(self.made.values()):
                 t = r()
                 if t is not None and isinstance(_data(t), jax.core.Tracer):
-                    hooks.set_data(t, _Poisoned(where, tuple(_data(t).shape), _data(t).dtype))
+                    _invalidate(t, where)
         self.keep.clear()
 
 
@@ -397,6 +411,10 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
     start = time.perf_counter()
     eg.random.get_state()  # the key must exist before the region so it is an input, not baked
     cap = Capture(kind, differentiable)
+    for o in call.objects:
+        if isinstance(o, eg.optimizer.Optimizer):
+            cap.see_optimizer(o)
+    epoch = hooks.epoch
     saved_tape = hooks.tape_state()
     failed = True
 
@@ -420,6 +438,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
         cap.restore(failed)
     program.seconds = time.perf_counter() - start
     program.ops = cap.ops
+    program.epoch = epoch
     return program
 
 
@@ -458,12 +477,12 @@ def _program(cap: Capture, closed: Any, call: Call, capture_as_const: bool) -> P
         out_treedef=cap.out_treedef, out_leaves=cap.out_leaves,
         modules=[(weakref.ref(m), frozenset(name for (mid, name) in cap.attr_outputs
                                             if mid == id(m))) for m in modules],
-        optimizers=[(weakref.ref(o), frozenset(cap.hyper_inputs.get(id(o), ())))
-                    for o in _optimizers(cap, call)],
+        optimizers=[(weakref.ref(o), frozenset(cap.hyper_inputs.get(id(o), ())),
+                     cap.optimizer_states[id(o)]) for o in cap.optimizers.values()],
         grad_presence=[(weakref.ref(owner), had_grad)
                        for owner, read_first, had_grad in cap.grad_slots.values() if read_first],
         arg_state=[weakref.ref(t) if id(t) in state else None for t in call.tensors],
-        state_ids=frozenset(state),
+        state_ids=frozenset(state), settle=cap.settle,
     )
 
 
@@ -479,14 +498,6 @@ def _guarded_modules(cap: Capture, call: Call) -> list:
         for m in root.modules():
             seen.setdefault(id(m), m)
     return list(seen.values())
-
-
-def _optimizers(cap: Capture, call: Call) -> list:
-    opts = dict(cap.optimizers)
-    for o in call.objects:
-        if isinstance(o, eg.optimizer.Optimizer):
-            opts.setdefault(id(o), o)
-    return list(opts.values())
 
 
 def _state_tensors(modules: list, optimizers: Any, call: Call) -> dict[int, Any]:

@@ -60,10 +60,11 @@ class Entry:
         self.grad_presence = program.grad_presence
         self.modules = [(ref, exclude, module_signature(ref(), exclude))
                         for ref, exclude in program.modules]
-        self.optimizers = [(ref, inputs, optimizer_signature(ref(), inputs),
-                            optimizer_state_signature(ref()))
-                           for ref, inputs in program.optimizers]
-        self.epoch = hooks.epoch
+        self.optimizers = [(ref, inputs, optimizer_signature(ref(), inputs), state)
+                           for ref, inputs, state in program.optimizers]
+        # As of before the capture: the next call re-validates what the capture itself changed.
+        self.epoch = program.epoch
+        self.settle = program.settle
         self.forward: Any = None
         self.simple_guards = not (self.objects or self.grad_presence or self.optimizers
                                   or any(self.arg_state))
@@ -145,12 +146,24 @@ class Entry:
             if "Argument types differ" in str(e):  # a lifted tensor changed shape or dtype
                 return MISS
             raise
+        if self.settle:
+            self._settle(outs)
         if self.single_result:
             return outs[0]
         for dest, value in self.writes:
             self._write(dest, self._value(value, outs, call), call)
         leaves = [self._value(leaf, outs, call) for leaf in self.out_leaves]
         return self.out_treedef.unflatten(leaves)
+
+    def _settle(self, outs: list) -> None:
+        """First call: the Tensors the capture created hold tracers; give the ones still alive
+        their values and history, and use them as the results, so no tracer leaks."""
+        for ref, r in self.settle:
+            t = ref()
+            if t is not None:
+                _rebind(t, _read(outs[r]), *_history(outs[r]))
+                outs[r] = t
+        self.settle = []
 
     def _inputs(self, call: Call) -> tuple[list, list] | None:
         """(arrays, tensors) of every input: arguments, lifted tensors, `.grad` slots,

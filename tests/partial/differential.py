@@ -1,0 +1,108 @@
+"""The differential check behind most `partial` tests: run the same program eagerly and
+compiled, and compare everything a user can observe.
+
+A test writes `build(wrap) -> World`: it creates its modules, optimizers and tensors, wraps the
+region function with `wrap` (identity for the eager run, `partial_trace` for the compiled one)
+and returns a `World` whose `step(i)` runs one step and returns what to compare. Both runs start
+from the same framework seed. After the steps, `check_against_eager` compares the step outputs
+and a snapshot of the parameters, their `.grad`, buffers, optimizer state, extra tensors and the
+RNG key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+import eager as eg
+from partial import partial_trace
+
+
+@dataclass
+class World:
+    step: Callable[[int], Any]
+    modules: list = field(default_factory=list)
+    optimizers: list = field(default_factory=list)
+    tensors: dict = field(default_factory=dict)
+    traced: list = field(default_factory=list)  # the compiled functions, for cache checks
+
+
+def to_numpy(tree: Any) -> Any:
+    """Tensors become numpy arrays; everything else stays."""
+    return jax.tree.map(lambda x: x.numpy() if isinstance(x, eg.Tensor) else x, tree,
+                        is_leaf=lambda x: isinstance(x, eg.Tensor))
+
+
+def snapshot(world: World) -> dict[str, Any]:
+    """Every piece of state of `world`, by name, as numpy arrays (or None for absent grads)."""
+    state: dict[str, Any] = {}
+
+    def add(name: str, t: eg.Tensor) -> None:
+        state[name] = t.numpy()
+        state[f"{name}.grad"] = None if t.grad is None else t.grad.numpy()
+
+    for i, m in enumerate(world.modules):
+        for name, t in m.named_parameters():
+            add(f"module{i}.{name}", t)
+        for name, t in m.named_buffers():
+            add(f"module{i}.{name}", t)
+    for i, opt in enumerate(world.optimizers):
+        for j, s in enumerate(opt.state.values()):
+            for k, t in s.items():
+                state[f"optimizer{i}.param{j}.{k}"] = t.numpy()
+    for name, t in world.tensors.items():
+        add(name, t)
+    state["rng"] = eg.random.get_state().numpy()
+    return state
+
+
+def assert_trees_close(actual: Any, expected: Any, rtol: float, atol: float, what: str) -> None:
+    a_leaves, a_tree = jax.tree.flatten(actual, is_leaf=lambda x: x is None)
+    e_leaves, e_tree = jax.tree.flatten(expected, is_leaf=lambda x: x is None)
+    assert a_tree == e_tree, f"{what}: structure {a_tree} != {e_tree}"
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        if e is None or isinstance(e, (str, bool, int)) and not isinstance(e, np.ndarray):
+            assert a == e, f"{what} leaf {i}: {a!r} != {e!r}"
+            continue
+        a, e = np.asarray(a), np.asarray(e)
+        assert a.shape == e.shape and a.dtype == e.dtype, \
+            f"{what} leaf {i}: {a.shape} {a.dtype} != {e.shape} {e.dtype}"
+        if e.dtype.kind in "fc":
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"{what} leaf {i}")
+        else:
+            np.testing.assert_array_equal(a, e, err_msg=f"{what} leaf {i}")
+
+
+def run(build: Callable[[Callable], World], wrap: Callable, steps: int,
+        seed: int) -> tuple[list, dict, World]:
+    eg.random.seed(seed)
+    world = build(wrap)
+    outs = [to_numpy(world.step(i)) for i in range(steps)]
+    return outs, snapshot(world), world
+
+
+def check_against_eager(build: Callable[[Callable], World], steps: int = 3, *,
+                        rtol: float = 1e-5, atol: float = 1e-5, seed: int = 0,
+                        **options: Any) -> World:
+    """Run `build` eagerly and with `partial_trace(**options)` for `steps` steps and assert that
+    outputs and state agree. Returns the compiled world (for cache assertions)."""
+    eager_outs, eager_state, _ = run(build, lambda f: f, steps, seed)
+    compiled_outs, compiled_state, world = run(
+        build, lambda f: partial_trace(f, **options), steps, seed)
+    for i, (a, e) in enumerate(zip(compiled_outs, eager_outs)):
+        assert_trees_close(a, e, rtol, atol, f"step {i} outputs")
+    assert compiled_state.keys() == eager_state.keys()
+    for k, e in eager_state.items():
+        a = compiled_state[k]
+        if e is None or a is None:
+            assert a is None and e is None, f"{k}: {'compiled' if a is None else 'eager'} is None"
+            continue
+        if k == "rng":
+            np.testing.assert_array_equal(a, e, err_msg="the RNG key")
+        else:
+            assert_trees_close(a, e, rtol, atol, k)
+    return world

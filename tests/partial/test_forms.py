@@ -1,0 +1,144 @@
+"""Decorator forms, argument structures and output structures of `partial_trace`."""
+
+import numpy as np
+import pytest
+
+import eager as eg
+import eager.functional as F
+import eager.module as M
+from eager.autodiff import GradManager
+from partial import partial_trace
+
+from .differential import World, check_against_eager
+
+
+def _x(*shape, seed=0):
+    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def test_bare_decorator_and_decorator_with_options_agree_with_eager():
+    net = M.Linear(3, 2)
+
+    @partial_trace
+    def a(x):
+        return F.relu(net(x))
+
+    @partial_trace(backend="xla", capture_as_const=True)
+    def b(x):
+        return F.relu(net(x))
+
+    x = _x(4, 3)
+    expected = F.relu(net(x)).numpy()
+    np.testing.assert_allclose(a(x).numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(b(x).numpy(), expected, rtol=1e-6)
+    assert a.__name__ == "a" and a.__wrapped__ is not None
+
+
+def test_lambda():
+    f = partial_trace(lambda x, y: x * y + 1)
+    np.testing.assert_allclose(f(_x(3), _x(3, seed=1)).numpy(),
+                               (_x(3) * _x(3, seed=1) + 1).numpy(), rtol=1e-6)
+
+
+class Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = M.Linear(3, 4)
+
+    @partial_trace
+    def forward(self, x):
+        return F.gelu(self.fc(x))
+
+    @partial_trace
+    def scaled(self, x, scale):
+        return self.fc(x) * scale
+
+
+def test_method_and_module_forward_bind_like_functions():
+    a, b = Net(), Net()
+    x = _x(2, 3)
+    for net in (a, b):
+        np.testing.assert_allclose(net(x).numpy(), F.gelu(net.fc(x)).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(net.scaled(x, 2.0).numpy(), (net.fc(x) * 2.0).numpy(),
+                                   rtol=1e-6)
+    # one cache per decorated function, keyed by the module object
+    assert Net.forward.cache_info().entries == 2
+    assert a.forward.cache_info() == Net.forward.cache_info()
+
+
+def test_module_forward_gradients_match_eager():
+    def build(wrap):
+        net = M.Sequential(M.Linear(3, 5), M.ReLU(), M.Linear(5, 2))
+        net.forward = wrap(net.forward)
+        gm = GradManager().attach(net.parameters())
+
+        def step(i):
+            with gm:
+                loss = (net(_x(4, 3, seed=i)) ** 2).sum()
+                gm.backward(loss)
+            return loss
+
+        return World(step, modules=[net])
+
+    check_against_eager(build)
+
+
+def test_nested_arguments_outputs_and_kwargs_keep_their_structure():
+    def region(batch, *, scale, flags=("a",)):
+        x, (y, z) = batch["x"], batch["pair"]
+        return {"sum": x + y, "list": [x * scale, z], "tuple": (z - 1, len(flags)), "none": None}
+
+    f = partial_trace(region)
+    batch = {"x": _x(2), "pair": (_x(2, seed=1), _x(3, seed=2))}
+    got = f(batch, scale=3.0)
+    want = region(batch, scale=3.0)
+    assert set(got) == set(want) and got["none"] is None and got["tuple"][1] == 1
+    assert isinstance(got["list"], list) and isinstance(got["tuple"], tuple)
+    for g, w in [(got["sum"], want["sum"]), (got["list"][0], want["list"][0]),
+                 (got["list"][1], want["list"][1]), (got["tuple"][0], want["tuple"][0])]:
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-6)
+
+
+def test_plain_python_values_are_static_and_key_the_cache():
+    f = partial_trace(lambda x, k, mode: x * k if mode == "mul" else x + k)
+    x = _x(3)
+    np.testing.assert_allclose(f(x, 2, "mul").numpy(), (x * 2).numpy())
+    np.testing.assert_allclose(f(x, 2, "add").numpy(), (x + 2).numpy())
+    np.testing.assert_allclose(f(x, 3, "mul").numpy(), (x * 3).numpy())
+    np.testing.assert_allclose(f(x, 2, "mul").numpy(), (x * 2).numpy())
+    info = f.cache_info()
+    assert (info.captures, info.hits, info.entries) == (3, 1, 3)
+
+
+def test_the_same_tensor_twice_is_one_input_and_keys_separately():
+    f = partial_trace(lambda a, b: a * 2 + b)
+    x, y = _x(3), _x(3, seed=1)
+    np.testing.assert_allclose(f(x, x).numpy(), (x * 3).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(f(x, y).numpy(), (x * 2 + y).numpy(), rtol=1e-6)
+    assert f.cache_info().captures == 2
+
+
+def test_outputs_that_are_inputs_are_the_same_objects():
+    w = eg.Parameter([1.0, 2.0])
+    f = partial_trace(lambda x: (x, w, x + w))
+    x = _x(2)
+    a, b, c = f(x)
+    assert a is x and b is w
+    np.testing.assert_allclose(c.numpy(), (x + w).numpy())
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="backend"):
+        partial_trace(lambda x: x, backend="cuda")
+    with pytest.raises(TypeError, match="unknown option"):
+        partial_trace(lambda x: x, recompile_limt=3)
+    with pytest.raises(TypeError, match="decorates a function"):
+        partial_trace(3)
+
+
+def test_a_traced_function_called_inside_another_region_becomes_part_of_it():
+    inner = partial_trace(lambda x: x * 2)
+    outer = partial_trace(lambda x: inner(x) + 1)
+    x = _x(3)
+    np.testing.assert_allclose(outer(x).numpy(), (x * 2 + 1).numpy())
+    assert inner.cache_info().captures == 0 and outer.cache_info().captures == 1
