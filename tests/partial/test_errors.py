@@ -21,7 +21,7 @@ from partial import (
     partial_trace,
 )
 
-from .differential import snapshot, World
+from .differential import World, snapshot
 
 HERE = "test_errors.py"
 

@@ -46,9 +46,8 @@ def test_in_place_updates_of_arguments_reach_the_callers_tensors():
     def bump(a, b):
         a[...] = a + 1
         b[0] = b[0] * 10
-        return None
 
-    for i in range(3):
+    for _ in range(3):
         a, b = eg.tensor([1.0, 2.0]), eg.tensor([3.0, 4.0])
         assert bump(a, b) is None
         np.testing.assert_array_equal(a.numpy(), [2.0, 3.0])
