@@ -2,9 +2,11 @@
 
 For each workload this module holds the canonical data (`make_batch`) and initial weights
 (`init_params`, PyTorch layout and `state_dict` names), the `eager` model with the same parameter
-names, and four implementations of one training step that do exactly the same work:
+names, and implementations of one training step that do exactly the same work:
 
 - `eager_step`: this framework, op by op (forward, `GradManager` backward, optimizer step);
+- `partial_step`: the same with the backbone under `partial_trace` (compiled forward and
+  backward segment, head and optimizer eager);
 - `jax_jit_step`: pure jax, forward + backward + update in one `jax.jit` with donated state;
 - `jax_split`: pure jax, jitted backbone vjp, head and loss by hand in eager `jax.numpy`, jitted
   backbone backward, jitted optimizer update (what an ideal `partial_trace` costs);
@@ -38,6 +40,7 @@ import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
+from partial import partial_trace
 
 WORKLOADS = ("mlp", "cnn", "gpt")
 NUM_PARAMS = {"mlp": 669_706, "cnn": 170_410, "gpt": 470_784}
@@ -155,7 +158,10 @@ class Model(M.Module):
         self.head = head
 
     def forward(self, x: eg.Tensor) -> eg.Tensor:
-        feats = self.backbone(x)
+        return self.classify(self.backbone(x))
+
+    def classify(self, feats: eg.Tensor) -> eg.Tensor:
+        """The head's logits for backbone features (token features flattened first)."""
         if feats.ndim > 2:
             feats = feats.reshape(-1, feats.shape[-1])
         return self.head(feats)
@@ -347,6 +353,27 @@ class EagerRunner(Runner):
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return dict(self.model.state_dict())
+
+
+class PartialRunner(EagerRunner):
+    """The eager step with the backbone under `partial_trace`: one compiled forward and one
+    compiled backward segment; head, loss, backward pass and optimizer stay eager."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.backbone = partial_trace(self.model.backbone)
+
+    def step(self) -> eg.Tensor:
+        with self.gm:
+            loss = F.cross_entropy(self.model.classify(self.backbone(self.x)), self.y)
+            self.gm.backward(loss)
+        self.opt.step().clear_grad()
+        return loss
+
+
+def partial_step(name: str) -> PartialRunner:
+    """The training step of workload `name` with its backbone compiled by `partial_trace`."""
+    return PartialRunner(name)
 
 
 def eager_step(name: str) -> EagerRunner:
@@ -583,6 +610,6 @@ def jax_eager(name: str) -> JaxEager:
 
 
 VARIANTS: dict[str, Callable[[str], Runner]] = {
-    "eager": eager_step, "jax_eager": jax_eager, "jax_jit_step": jax_jit_step,
-    "jax_split": jax_split,
+    "eager": eager_step, "partial": partial_step, "jax_eager": jax_eager,
+    "jax_jit_step": jax_jit_step, "jax_split": jax_split,
 }

@@ -151,6 +151,16 @@ def deref(refs: Sequence[Callable[[], Any]]) -> tuple[list, list] | None:
         return None
 
 
+def assign(targets: Sequence[Any], sources: Sequence[Any]) -> None:
+    """Give each target (None: skipped) the storage and gradient history of its source: how
+    a compiled call writes its results back into the tensors a region updated."""
+    for t, s in zip(targets, sources):
+        if t is not None:
+            if active is not None:
+                active.rebind(t, s._data)
+            t._data, t._node, t._out_idx = s._data, s._node, s._out_idx
+
+
 def raw_grad(tensor: Any) -> Any:
     """`tensor.grad` without telling any capture."""
     return tensor._grad

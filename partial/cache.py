@@ -40,15 +40,20 @@ class Cache:
         self.hits = 0
         self.dropped_seconds = 0.0
         self.reasons: list[str] = []
+        self.recent: Entry | None = None  # the most recently used entry
 
     def lookup(self, call: Call) -> Entry | None:
         """The entry that serves `call`, or None (`self.reasons` then says why each entry of
         its key did not)."""
+        recent = self.recent
+        if recent is not None and recent.key == call.key and recent.check(call) is None:
+            return recent  # already the most recently used: nothing to reorder
         entries = self.by_key.get(call.key)
         if entries:
             for entry in entries:
                 if entry.check(call) is None:
                     self.lru.move_to_end(entry)
+                    self.recent = entry
                     return entry
             self.reasons = [entry.check(call) for entry in entries]
         else:
@@ -61,11 +66,14 @@ class Cache:
     def add(self, entry: Entry) -> None:
         self.by_key.setdefault(entry.key, []).append(entry)
         self.lru[entry] = None
+        self.recent = entry
         while len(self.lru) > self.maxsize:
             self.remove(next(iter(self.lru)))
 
     def remove(self, entry: Entry) -> None:
         if self.lru.pop(entry, 0) is None:
+            if self.recent is entry:
+                self.recent = None
             self.dropped_seconds += entry.seconds
             same_key = self.by_key[entry.key]
             same_key.remove(entry)

@@ -29,7 +29,7 @@ from .guards import (
 hooks = eg.hooks
 _read, _rebind, _history, _data, _deref = (eg.read, eg.rebind, hooks.history, hooks.data,
                                            hooks.deref)
-_wrap, _is_recording = hooks.wrap, hooks.is_recording
+_wrap, _is_recording, _assign = hooks.wrap, hooks.is_recording, hooks.assign
 
 MISS = object()  # returned by `Entry.run` when the entry cannot serve the call after all
 
@@ -49,11 +49,16 @@ class Entry:
         self.hypers = [[s[1], s[2], s[3], s[4], None, None]
                        for s in program.sources if s[0] == HYPER]
         self.no_hypers = [None] * len(self.hypers)
-        self.writes = program.writes
+        # Results written into tensors held by reference (BatchNorm statistics, the RNG key,
+        # optimizer state) go in one batch; the other writes one by one.
+        self.ref_writes = [(dest[1], value[1]) for dest, value in program.writes
+                           if dest[0] == REF and value[0] == RESULT]
+        self.writes = [(dest, value) for dest, value in program.writes
+                       if not (dest[0] == REF and value[0] == RESULT)]
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef
         self.single_result = (program.out_treedef.num_leaves == 1 and program.out_leaves
-                              and program.out_leaves[0][0] == RESULT and not program.writes)
+                              and program.out_leaves[0][0] == RESULT and not self.writes)
         self.objects = [weakref.ref(o) for o in call.objects]
         self.arg_state = program.arg_state
         self.state_ids = program.state_ids
@@ -132,12 +137,13 @@ class Entry:
     # ----- a call --------------------------------------------------------------------------
     def run(self, call: Call) -> Any:
         """Run the program for `call` and return the region's outputs, or `MISS`."""
-        inputs = self._inputs(call)
+        recording = _is_recording()
+        inputs = self.inputs(call, recording)
         if inputs is None:
             return MISS
         arrays, tensors = inputs
         try:
-            if _is_recording():
+            if recording:
                 outs = self.function(arrays, tensors)
             else:  # the bridge's inference path, without its checks
                 forward = self.forward or self._forward()
@@ -148,6 +154,8 @@ class Entry:
             raise
         if self.settle:
             self._settle(outs)
+        if self.ref_writes:
+            _assign([ref() for ref, _ in self.ref_writes], [outs[r] for _, r in self.ref_writes])
         if self.single_result:
             return outs[0]
         for dest, value in self.writes:
@@ -165,13 +173,17 @@ class Entry:
                 outs[r] = t
         self.settle = []
 
-    def _inputs(self, call: Call) -> tuple[list, list] | None:
+    def inputs(self, call: Call, tensors_too: bool = True) -> tuple[list, list | None] | None:
         """(arrays, tensors) of every input: arguments, lifted tensors, `.grad` slots,
-        hyper-parameters; None when one of them is gone."""
+        hyper-parameters; None when one of them is gone. The Tensors (which the bridge needs
+        to record a node) only when `tensors_too`."""
         found = _deref(self.refs)
         if found is None:
             return None
-        tensors, arrays = call.tensors + found[0], call.arrays + found[1]
+        arrays = call.arrays + found[1]
+        if not (self.grads or self.hypers):
+            return arrays, call.tensors + found[0] if tensors_too else None
+        tensors = call.tensors + found[0]
         if self.grads:
             grads = [None if o is None else o.grad for o in (ref() for ref in self.grads)]
             for g in grads:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import eager as eg
+from xla_segments import Segment
 
 from .cache import Cache, CacheInfo
 from .capture import capture
@@ -38,7 +39,7 @@ class TracedFunction:
 
     def __init__(self, fn: Callable, *, kind: str, differentiable: bool,
                  capture_as_const: bool, recompile_limit: int, cache_size: int):
-        ft.update_wrapper(self, fn)
+        ft.update_wrapper(self, fn, updated=())  # name and docs; never a Module's state
         self._fn = fn
         self._kind = kind
         self._differentiable = differentiable
@@ -101,6 +102,23 @@ class TracedFunction:
             "module structure or training mode, compiles anew; keep them fixed (e.g. pad "
             "batches to a few sizes) or raise recompile_limit.", self._kind, self._name(),
             where, self._cache.captures + 1, self._recompile_limit, why)
+
+    def segments(self) -> list[Segment]:
+        """The compiled segments of the cached entries, least recently used first (each can
+        report its executables' cost, memory and HLO)."""
+        return [e.segment for e in self._cache.lru]
+
+    def flat_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """The arrays a call with these arguments passes to its compiled segment, in order:
+        the Tensor arguments, then every tensor, `.grad` and hyper-parameter the region reads.
+        Raises LookupError when no cached entry serves these arguments yet."""
+        call = flatten_call(args, kwargs)
+        entry = self._cache.lookup(call)
+        inputs = None if entry is None else entry.inputs(call)
+        if inputs is None:
+            raise LookupError(f"{self._kind} `{self._name()}` has no compiled entry for these "
+                              "arguments; call it with them first")
+        return inputs[0]
 
     def cache_info(self) -> CacheInfo:
         """Captures, hits, entries held and compile seconds of this function's cache."""

@@ -1,7 +1,8 @@
-"""Training-step times of the three benchmark workloads: `eager` against pure-jax baselines.
+"""Training-step times of the three benchmark workloads: `eager` and `partial_trace` against
+pure-jax baselines.
 
-Run `python -m benchmarks.eager_workloads [--quick] [--workloads mlp,cnn,gpt]
-[--variants eager,jax_eager,jax_jit_step,jax_split] [--json PATH]`.
+Run `python -m benchmarks.training_steps [--quick] [--workloads mlp,cnn,gpt]
+[--variants eager,partial,jax_eager,jax_jit_step,jax_split] [--json PATH]`.
 
 Follows the measurement protocol of `shared/reference/workloads.md`: each (workload, variant) runs
 in a fresh process, which builds the model, loads the canonical init and moves the batch to the
@@ -9,8 +10,8 @@ device untimed, then times the first step alone (compilation included), runs the
 (mlp 10, cnn 5, gpt 5) and times each of the timed steps (mlp 100, cnn 30, gpt 50) with
 `time.perf_counter` around step + sync. `--quick` uses 2 warmup and 10 timed steps. The variants are
 described in `benchmarks.workloads`. The script checks that every variant's losses agree with the
-first one's over the first steps and prints a markdown table with the ratios eager / jax_eager
-(goal < 1) and eager / jax_jit_step.
+first one's over the first steps and prints markdown tables with the ratios of medians:
+eager / jax_eager (goal < 1), partial / jax_split (goal <= 1.10) and both against jax_jit_step.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_VARIANTS = ("eager", "jax_eager", "jax_jit_step", "jax_split")
+DEFAULT_VARIANTS = ("eager", "partial", "jax_eager", "jax_jit_step", "jax_split")
 QUICK_WARMUP, QUICK_TIMED = 2, 10
 COMPARE_STEPS = 5  # losses of the first steps every variant must agree on
 LOSS_RTOL = 1e-4
@@ -67,7 +68,7 @@ def run_fresh(workload: str, variant: str, warmup: int, timed: int) -> dict[str,
     """`run_one` in a fresh Python process (cold jit caches), as the protocol asks."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "benchmarks.eager_workloads", "--child", workload, variant,
+    cmd = [sys.executable, "-m", "benchmarks.training_steps", "--child", workload, variant,
            str(warmup), str(timed)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -148,17 +149,20 @@ def main(argv: list[str] | None = None) -> None:
         results = [run_fresh(workload, v, warmup, timed) for v in variants]
         print_workload(workload, results)
         all_results += results
-        med = {r["variant"]: statistics.median(r["times_s"]) for r in results}
-        if "eager" in med:
-            summary.append((workload, med))
+        summary.append((workload, {r["variant"]: statistics.median(r["times_s"])
+                                    for r in results}))
     if summary:
-        print("\n### Summary (median step time ratios)\n")
-        print("| workload | eager ms | eager / jax_eager (goal < 1) | eager / jax_jit_step | "
-              "eager / jax_split |\n| --- | ---: | ---: | ---: | ---: |")
+        print("\n### Summary (ratios of median step times)\n")
+        pairs = [("eager", "jax_eager", "goal < 1"), ("partial", "jax_split", "goal <= 1.10"),
+                 ("eager", "jax_jit_step", ""), ("partial", "jax_jit_step", "")]
+        heads = [f"{a} / {b}" + (f" ({goal})" if goal else "") for a, b, goal in pairs]
+        print("| workload | eager ms | partial ms | " + " | ".join(heads) + " |")
+        print("| --- | ---: | ---: |" + " ---: |" * len(pairs))
         for workload, med in summary:
-            cells = [f"{med['eager'] / med[v]:.2f}" if v in med else "n/a"
-                     for v in ("jax_eager", "jax_jit_step", "jax_split")]
-            print(f"| {workload} | {med['eager'] * 1e3:.2f} | " + " | ".join(cells) + " |")
+            cells = [f"{med[a] / med[b]:.2f}" if a in med and b in med else "n/a"
+                     for a, b, _ in pairs]
+            ms = [f"{med[v] * 1e3:.2f}" if v in med else "n/a" for v in ("eager", "partial")]
+            print(f"| {workload} | {ms[0]} | {ms[1]} | " + " | ".join(cells) + " |")
     if args.json:
         args.json.write_text(json.dumps(
             [{**r, "summary_ms": summarize(r)} for r in all_results], indent=1))
