@@ -62,7 +62,7 @@ class Program:
     jaxpr: Any
     consts: list  # per constvar: (input position, None) or (None, baked array)
     n_args: int
-    in_avals: list  # one per input: arguments first, then `sources`
+    in_avals: list  # per input (shape, dtype, weak type, placement): arguments first
     sources: list  # per extra input: (REF, weakref) | (GRAD, owner weakref) | (HYPER, ...)
     n_results: int
     deps: list  # per result: frozenset of input positions it depends on differentiably
@@ -457,9 +457,8 @@ def _program(cap: Capture, closed: Any, call: Call, capture_as_const: bool) -> P
     consts = [(new_pos[p], None) if (p := cap.input_of_array.get(id(c))) in new_pos else (None, c)
               for c in closed.consts]
     sources = [cap.inputs[p - n][0] for p in order]
-    in_avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
-                for a in call.arrays]
-    in_avals += [_aval(cap.inputs[p - n][1]) for p in order]
+    in_avals = [_abstract(a) for a in call.arrays] + [_abstract(cap.inputs[p - n][1])
+                                                      for p in order]
 
     remap = {**{i: i for i in range(n)}, **new_pos}
     if cap.differentiable:
@@ -486,8 +485,10 @@ def _program(cap: Capture, closed: Any, call: Call, capture_as_const: bool) -> P
     )
 
 
-def _aval(a: Any) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False))
+def _abstract(a: Any) -> jax.ShapeDtypeStruct:
+    """What compiling needs of an array (shape, dtype, weak type, placement), without keeping
+    the array alive."""
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=a.sharding)
 
 
 def _guarded_modules(cap: Capture, call: Call) -> list:

@@ -42,6 +42,22 @@ class Call:
 
 _TENSOR_TYPES = (eg.Tensor, eg.Parameter)
 _POSITIONAL_TREEDEFS: dict[int, Any] = {}
+_placed: bool | None = None  # whether tensors can live on different devices in this process
+
+
+def _placement_matters() -> bool:
+    """True with several devices, or on an accelerator (whose process also has a CPU)."""
+    global _placed
+    if _placed is None:
+        devices = jax.devices()
+        _placed = len(devices) > 1 or devices[0].platform != "cpu"
+    return _placed
+
+
+def _tensor_spec(a: Any) -> Any:
+    """What the key records of a tensor argument's array: its abstract value (shape, dtype,
+    weak type) and, where tensors can live on different devices, its placement."""
+    return (a.aval, a.sharding) if _placement_matters() else a.aval
 
 
 def flatten_call(args: tuple, kwargs: dict) -> Call:
@@ -67,7 +83,7 @@ def flatten_call(args: tuple, kwargs: dict) -> Call:
             a = _read(x)
             tensors.append(x)
             arrays.append(a)
-            spec.append(a.aval)  # shape, dtype and weak type
+            spec.append(_tensor_spec(a))
         elif isinstance(x, (_Module, _Optimizer)):
             objects.append(x)
             spec.append((type(x), id(x)))
@@ -94,7 +110,10 @@ def _positional_tensors(args: tuple) -> Call:
         treedef = _POSITIONAL_TREEDEFS[len(args)] = jax.tree.structure(((0,) * len(args), {}))
     arrays = [_read(a) for a in args]
     tensors = list(args)
-    spec = (arrays[0].aval,) if len(arrays) == 1 else tuple([a.aval for a in arrays])
+    if _placement_matters():
+        spec = tuple([_tensor_spec(a) for a in arrays])
+    else:
+        spec = (arrays[0].aval,) if len(arrays) == 1 else tuple([a.aval for a in arrays])
     return Call((treedef, spec), tensors, treedef, tensors, arrays, [])
 
 
@@ -186,6 +205,9 @@ def optimizer_state_signature(opt: optim.Optimizer) -> tuple:
 
 # ----- explaining a recompilation --------------------------------------------------------------
 def _leaf_text(spec: Any) -> str:
+    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], jax.core.ShapedArray):
+        device = ", ".join(str(d) for d in spec[1].device_set)
+        return f"{_leaf_text(spec[0])} on {device}"
     if isinstance(spec, jax.core.ShapedArray):
         return f"Tensor{list(spec.shape)} {np.dtype(spec.dtype).name}" + (
             " (weak type)" if spec.weak_type else "")

@@ -148,8 +148,9 @@ class Entry:
             else:  # the bridge's inference path, without its checks
                 forward = self.forward or self._forward()
                 outs = [_wrap(o) for o in forward(*arrays)]
-        except TypeError as e:
-            if "Argument types differ" in str(e):  # a lifted tensor changed shape or dtype
+        except (TypeError, ValueError) as e:
+            # A lifted tensor changed shape or dtype, or moved to another device: capture anew.
+            if "Argument types differ" in str(e) or "disagree with the shardings" in str(e):
                 return MISS
             raise
         if self.settle:

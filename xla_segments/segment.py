@@ -56,7 +56,8 @@ class Segment:
 
     Args:
         fn: a pure jax function of positional arrays returning a tuple (or list) of arrays.
-        in_avals: one `jax.ShapeDtypeStruct` (or array) per input.
+        in_avals: one `jax.ShapeDtypeStruct` (or array) per input; a sharding on it places
+            the executables' inputs (and so the computation).
         name: used in the names of the compiled executables and in error messages.
         donate: indices of inputs the inference forward may donate (their buffers are consumed).
 
@@ -79,9 +80,7 @@ class Segment:
     _vjps: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._avals = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype,
-                                                 weak_type=getattr(a, "weak_type", False))
-                            for a in self.in_avals)
+        self._avals = tuple(_abstract(a) for a in self.in_avals)
 
     @property
     def compile_seconds(self) -> float:
@@ -125,11 +124,13 @@ class Segment:
             fwd = _vjp_forward(self.fn, *key)
             fwd.__name__ = f"{self.name}_forward_vjp"
             fwd_exe = _compile("forward_vjp", fwd, self._avals, ())
-            _, res_info = fwd_exe.lowered.out_info
-            out_info = fwd_exe.lowered.out_info[0]
-            cts = tuple(jax.ShapeDtypeStruct(out_info[j].shape, out_info[j].dtype)
-                        for j in key[1])
-            res = jax.tree.map(lambda i: jax.ShapeDtypeStruct(i.shape, i.dtype), res_info)
+            # Shapes from the lowering, placements from the executable (where outputs land).
+            placed = jax.tree.map(
+                lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype,
+                                                            sharding=sharding),
+                fwd_exe.lowered.out_info, fwd_exe.compiled.output_shardings)
+            out_info, res = placed
+            cts = tuple(out_info[j] for j in key[1])
 
             def backward(residuals: Any, cotangents: tuple) -> tuple:
                 return tuple(residuals(cotangents))
@@ -138,6 +139,13 @@ class Segment:
             bwd_exe = _compile("backward", backward, (res, cts), ())
             pair = self._vjps[key] = (fwd_exe, bwd_exe)
         return pair
+
+
+def _abstract(a: Any) -> jax.ShapeDtypeStruct:
+    """Shape, dtype, weak type and, where known, placement (so executables run where their
+    inputs live)."""
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False),
+                                sharding=getattr(a, "sharding", None))
 
 
 def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ...]) -> Callable:
