@@ -128,13 +128,14 @@ def history(tensor: Any) -> tuple[Any, int]:
 
 # ----- what a capture changes on tensors, and puts back ----------------------------------------
 def snapshot(tensor: Any) -> tuple:
-    """Everything a capture may change on `tensor` (storage, history, tracking, `.grad`)."""
-    return tensor._data, tensor._node, tensor._out_idx, tensor._tracked, tensor._grad
+    """What a region may change on `tensor`: storage, gradient history, `.grad`. (Tracking
+    counts are not saved: GradManagers inside a region balance their own.)"""
+    return tensor._data, tensor._node, tensor._out_idx, tensor._grad
 
 
 def restore(tensor: Any, snap: tuple) -> None:
     """Put back what `snapshot(tensor)` saw."""
-    tensor._data, tensor._node, tensor._out_idx, tensor._tracked, tensor._grad = snap
+    tensor._data, tensor._node, tensor._out_idx, tensor._grad = snap
 
 
 def data(tensor: Any) -> Any:
@@ -171,12 +172,20 @@ def set_data(tensor: Any, array: Any) -> None:
     tensor._data = array
 
 
-def mark_leaf(tensor: Any) -> None:
+def mark_leaf(tensor: Any) -> bool:
     """Make `tensor` a fresh leaf that ops record gradients for (while a tape state that
-    records is set): a capture differentiated as a whole tracks every input this way."""
+    records is set): a capture differentiated as a whole tracks every input this way. Returns
+    whether it is now tracked (float tensors only); undo that with `unmark_leaf`."""
     tensor._node, tensor._out_idx = None, 0
     if tensor._data.dtype.kind in "fc":
-        tensor._tracked = 1
+        tensor._tracked += 1
+        return True
+    return False
+
+
+def unmark_leaf(tensor: Any) -> None:
+    """Undo the tracking `mark_leaf` added."""
+    tensor._tracked -= 1
 
 
 def tape_state() -> tuple[int, int]:

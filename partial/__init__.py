@@ -1,7 +1,9 @@
 """partial: capture and compile regions of eager code.
 
 `partial_trace` compiles a region (typically a backbone) into one XLA forward and backward
-segment that joins the eager tape; `exclude_from_trace` marks code to keep eager; `TraceError`
+segment that joins the eager tape; `xla_trace` compiles a whole training step (forward,
+backward, optimizer update) into one executable that updates the model in place;
+`exclude_from_trace` marks code to keep eager; `TraceError`
 is the base class of every capture error. A region's Python body runs once per guard key (its
 side effects, like `print`, happen then), every tensor it reads or updates is an input or output
 of the compiled code, and a value read inside it raises `TraceError` naming the line.
@@ -11,16 +13,18 @@ from .cache import CacheInfo
 from .errors import (
     InvalidTensorError,
     ModuleRebindError,
+    NotDifferentiableError,
     TraceError,
     UnsupportedArgumentError,
     UnsupportedInRegionError,
     UnsupportedOutputError,
     ValueReadError,
 )
-from .trace import TracedFunction, exclude_from_trace, partial_trace
+from .trace import TracedFunction, exclude_from_trace, partial_trace, xla_trace
 
 __all__ = [
-    "partial_trace", "exclude_from_trace", "TraceError", "ValueReadError",
+    "partial_trace", "xla_trace", "exclude_from_trace", "TraceError", "ValueReadError",
     "UnsupportedArgumentError", "UnsupportedOutputError", "ModuleRebindError",
-    "UnsupportedInRegionError", "InvalidTensorError", "TracedFunction", "CacheInfo",
+    "UnsupportedInRegionError", "InvalidTensorError", "NotDifferentiableError",
+    "TracedFunction", "CacheInfo",
 ]

@@ -130,6 +130,7 @@ class Capture(hooks.CaptureHooks):
         self.hyper_inputs: dict[int, set] = {}
         self.optimizer_states: dict[int, tuple] = {}  # state structure when first seen
         self.keep: list = []  # arrays whose ids identify inputs: kept alive while capturing
+        self.marked: list = []  # inputs made differentiable leaves (partial_trace)
         self.ops = 0
 
     # ----- classification of tensors -----------------------------------------------------
@@ -159,8 +160,8 @@ class Capture(hooks.CaptureHooks):
         self._save(t)
         self.source_of[id(t)] = source
         self._new_input(source, _data(t), t)
-        if self.differentiable:
-            hooks.mark_leaf(t)
+        if self.differentiable and hooks.mark_leaf(t):
+            self.marked.append(t)
 
     def add_argument(self, t: Any, tracer: Any) -> None:
         """Tensor argument `t` holds `tracer` while the region runs."""
@@ -170,8 +171,8 @@ class Capture(hooks.CaptureHooks):
         self.input_of_tensor[id(t)] = self.n_args
         self.n_args += 1
         hooks.set_data(t, tracer)
-        if self.differentiable:
-            hooks.mark_leaf(t)
+        if self.differentiable and hooks.mark_leaf(t):
+            self.marked.append(t)
 
     def is_created(self, t: Any) -> bool:
         return id(t) in self.made
@@ -382,6 +383,8 @@ class Capture(hooks.CaptureHooks):
         as Python side effects of the capture)."""
         for t, snap in self.saved.values():
             hooks.restore(t, snap)
+        for t in self.marked:
+            hooks.unmark_leaf(t)
         for key, (module, name, old) in self.setattrs.items():
             if not failed and key not in self.attr_outputs:
                 continue
@@ -395,7 +398,19 @@ class Capture(hooks.CaptureHooks):
                 t = r()
                 if t is not None and isinstance(_data(t), jax.core.Tracer):
                     _invalidate(t, where)
-        self.keep.clear()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop every reference to the region's tensors and arrays, so nothing but their owners
+        holds them (a donated buffer must have no other holder), without waiting for the
+        garbage collector: this object sits in a reference cycle through its weak-reference
+        callbacks."""
+        for holder in (self.saved, self.inputs, self.input_of_tensor, self.input_of_array,
+                       self.source_of, self.made, self.mutated, self.grad_slots,
+                       self.grads_written, self.setattrs, self.attr_outputs, self.modules,
+                       self.optimizers, self.hyper_values, self.keep, self.marked):
+            holder.clear()
+        self.results = self.result_tensors = self.settle = []
 
 
 _MISSING = object()

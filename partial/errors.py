@@ -32,3 +32,8 @@ class UnsupportedInRegionError(TraceError):
 
 class InvalidTensorError(TraceError):
     """A tensor created inside a region whose capture failed was used afterwards."""
+
+
+class NotDifferentiableError(TraceError):
+    """An `xla_trace` step was called while a GradManager records with one of its inputs
+    attached: a whole step is not differentiable from outside."""

@@ -8,6 +8,7 @@ every effect of the region and rebuilds the output structure.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
@@ -18,6 +19,7 @@ from autograd_bridge import SegmentFunction
 from xla_segments import Segment
 
 from .capture import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT, Program
+from .errors import NotDifferentiableError
 from .guards import (
     Call,
     describe_module_change,
@@ -32,16 +34,29 @@ _read, _rebind, _history, _data, _deref = (eg.read, eg.rebind, hooks.history, ho
 _wrap, _is_recording, _assign = hooks.wrap, hooks.is_recording, hooks.assign
 
 MISS = object()  # returned by `Entry.run` when the entry cannot serve the call after all
+# References to an input array held by its Tensor, the input list and `getrefcount` itself:
+# any more and the buffer is shared.
+_OWNED = 3
+
+
+def refuse_outer_gradients(tensors: list) -> None:
+    """Raise when an xla_trace step would be differentiated from outside."""
+    if any(t is not None and hooks.needs_grad(t) for t in tensors):
+        raise NotDifferentiableError(
+            "an xla_trace function is a whole training step and cannot be differentiated from "
+            "outside, but it was called while a GradManager records with one of the tensors it "
+            "reads attached. Call it outside `with gm:`, or compile just the forward part with "
+            "partial_trace, which joins the outer GradManager's tape.")
 
 
 class Entry:
     """A captured program compiled for one guard key, with the guards it was captured under."""
 
-    def __init__(self, key: tuple, program: Program, call: Call, name: str):
+    def __init__(self, key: tuple, program: Program, call: Call, name: str, *,
+                 differentiable: bool = True, donate: bool = False):
         self.key = key
         self.program = program
-        self.segment = Segment(program.function(), program.in_avals, name=name)
-        self.function = SegmentFunction(self.segment, program.deps, name)
+        self.differentiable = differentiable
         # Sources come grouped: tensors (by weak reference), then .grad slots, then
         # hyper-parameters as [optimizer ref, group, key, element, last value, its array].
         self.refs = [s[1] for s in program.sources if s[0] == REF]
@@ -55,6 +70,16 @@ class Entry:
                            if dest[0] == REF and value[0] == RESULT]
         self.writes = [(dest, value) for dest, value in program.writes
                        if not (dest[0] == REF and value[0] == RESULT)]
+        # Donated: the buffers of lifted tensors the program rebinds (parameters, optimizer
+        # state, statistics, the RNG key), which it then updates in place.
+        position = {id(ref()): program.n_args + i for i, ref in enumerate(self.refs)}
+        self.donated = tuple(sorted(
+            position[id(dest())] for dest, _ in self.ref_writes
+            if donate and dest() is not None and id(dest()) in position))
+        self.copies = 0  # donated buffers that were shared and had to be copied first
+        self.segment = Segment(program.function(), program.in_avals, name=name,
+                               donate=self.donated)
+        self.function = SegmentFunction(self.segment, program.deps, name)
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef
         self.single_result = (program.out_treedef.num_leaves == 1 and program.out_leaves
@@ -142,6 +167,11 @@ class Entry:
         if inputs is None:
             return MISS
         arrays, tensors = inputs
+        if recording and not self.differentiable:
+            refuse_outer_gradients(tensors)
+            recording = False
+        if self.donated:
+            self._unshare(arrays)
         try:
             if recording:
                 outs = self.function(arrays, tensors)
@@ -163,6 +193,15 @@ class Entry:
             self._write(dest, self._value(value, outs, call), call)
         leaves = [self._value(leaf, outs, call) for leaf in self.out_leaves]
         return self.out_treedef.unflatten(leaves)
+
+    def _unshare(self, arrays: list) -> None:
+        """Copy each buffer about to be donated that something else still holds (another
+        Tensor after `detach()`, a raw array the user kept, a recorded tape node), so that
+        donation destroys only what this call replaces."""
+        for i in self.donated:
+            if sys.getrefcount(arrays[i]) > _OWNED:
+                arrays[i] = jnp.array(arrays[i], copy=True)
+                self.copies += 1
 
     def _settle(self, outs: list) -> None:
         """First call: the Tensors the capture created hold tracers; give the ones still alive

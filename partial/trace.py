@@ -24,7 +24,7 @@ from .cache import Cache, CacheInfo
 from .capture import capture
 from .errors import UnsupportedInRegionError
 from .guards import describe_change, flatten_call
-from .program import MISS, Entry
+from .program import MISS, Entry, refuse_outer_gradients
 from .source import _short, describe_location, user_location
 
 logger = logging.getLogger("partial")
@@ -38,13 +38,15 @@ class TracedFunction:
     `cache_clear()`, and binds like a function when used as a method."""
 
     def __init__(self, fn: Callable, *, kind: str, differentiable: bool,
-                 capture_as_const: bool, recompile_limit: int, cache_size: int):
+                 capture_as_const: bool, recompile_limit: int, cache_size: int,
+                 donate: bool = False):
         ft.update_wrapper(self, fn, updated=())  # name and docs; never a Module's state
         self._fn = fn
         self._kind = kind
         self._differentiable = differentiable
         self._capture_as_const = capture_as_const
         self._recompile_limit = recompile_limit
+        self._donate = donate
         self._cache = Cache(cache_size)
 
     def __repr__(self) -> str:
@@ -71,12 +73,15 @@ class TracedFunction:
 
     def _capture(self, call: Any, args: tuple, kwargs: dict, reasons: list[str]) -> Any:
         cache = self._cache
+        if not self._differentiable and hooks.is_recording():
+            refuse_outer_gradients(call.tensors)
         if cache.captures >= self._recompile_limit:
             self._warn_recompile(call, args, kwargs, reasons)
         program = capture(self._fn, args, kwargs, call, kind=self._kind,
                           differentiable=self._differentiable,
                           capture_as_const=self._capture_as_const)
-        entry = Entry(call.key, program, call, self._name())
+        entry = Entry(call.key, program, call, self._name(),
+                      differentiable=self._differentiable, donate=self._donate)
         cache.captures += 1
         cache.add(entry)
         out = entry.run(call)
@@ -130,7 +135,7 @@ class TracedFunction:
 
 
 def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const: bool,
-          options: dict[str, Any]) -> Any:
+          options: dict[str, Any], donate: bool = False) -> Any:
     unknown = set(options) - set(_OPTIONS)
     if unknown:
         raise TypeError(f"{kind}() got unknown option(s) {sorted(unknown)}; "
@@ -141,7 +146,7 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
         if not callable(f):
             raise TypeError(f"{kind} decorates a function, got {type(f).__name__}")
         return TracedFunction(f, kind=kind, differentiable=differentiable,
-                              capture_as_const=capture_as_const, **settings)
+                              capture_as_const=capture_as_const, donate=donate, **settings)
 
     return decorate if fn is None else decorate(fn)
 
@@ -189,6 +194,45 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
         raise NotImplementedError("partial_trace(graph_breaks=True) is not available yet; "
                                   "split the region where it reads a value instead")
     return _make(fn, "partial_trace", True, capture_as_const, options)
+
+
+def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
+              donate: bool = True, **options: Any) -> Any:
+    """Compile a whole training step (forward, `gm.backward`, `opt.step()`) into one XLA
+    executable that updates the model and optimizer in place.
+
+    Use as `@xla_trace` or `@xla_trace(capture_as_const=True, ...)`. The eager engine runs
+    under capture: the GradManager's tape and backward, its callbacks (scaling, clipping) and
+    the optimizer update are traced into the same program. Every tensor the step updates
+    (parameters, optimizer slots and step counters, BatchNorm statistics, `.grad` left set, the
+    RNG key, tensor arguments updated in place) is written back after the call; hyper-parameters
+    are read from `param_groups` at every call, so schedules do not recompile.
+
+    With `donate=True` (the default) the buffers of the parameters and state the step replaces
+    are donated to it, so it does not hold two copies; the call checks its inputs before
+    anything is donated, so a call that fails then leaves everything intact, and buffers that
+    something else still references are copied rather than donated. With `donate=False` no
+    failure can lose state. Caching, guards, errors and `cache_info()` are those of
+    `partial_trace`. A step is not differentiable from outside: calling it while a GradManager
+    records with one of its inputs attached raises `TraceError`.
+
+    >>> import eager as eg, eager.module as M, eager.optimizer as optim
+    >>> from eager.autodiff import GradManager
+    >>> net = M.Linear(3, 1)
+    >>> opt = optim.SGD(net.parameters(), lr=0.1)
+    >>> @xla_trace
+    ... def step(x):
+    ...     gm = GradManager().attach(net.parameters())
+    ...     with gm:
+    ...         loss = (net(x) ** 2).mean()
+    ...         gm.backward(loss)
+    ...     opt.step().clear_grad()
+    ...     return loss
+    >>> losses = [step(eg.ones((4, 3))).item() for _ in range(3)]
+    >>> losses[2] < losses[0]
+    True
+    """
+    return _make(fn, "xla_trace", False, capture_as_const, options, donate=bool(donate))
 
 
 @contextlib.contextmanager

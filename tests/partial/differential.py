@@ -2,7 +2,8 @@
 compiled, and compare everything a user can observe.
 
 A test writes `build(wrap) -> World`: it creates its modules, optimizers and tensors, wraps the
-region function with `wrap` (identity for the eager run, `partial_trace` for the compiled one)
+region function with `wrap` (identity for the eager run, `partial_trace` or `xla_trace` for the
+compiled one)
 and returns a `World` whose `step(i)` runs one step and returns what to compare. Both runs start
 from the same framework seed. After the steps, `check_against_eager` compares the step outputs
 and a snapshot of the parameters, their `.grad`, buffers, optimizer state, extra tensors and the
@@ -87,12 +88,13 @@ def run(build: Callable[[Callable], World], wrap: Callable, steps: int,
 
 def check_against_eager(build: Callable[[Callable], World], steps: int = 3, *,
                         rtol: float = 1e-5, atol: float = 1e-5, seed: int = 0,
-                        **options: Any) -> World:
-    """Run `build` eagerly and with `partial_trace(**options)` for `steps` steps and assert that
-    outputs and state agree. Returns the compiled world (for cache assertions)."""
+                        compile: Callable = partial_trace, **options: Any) -> World:
+    """Run `build` eagerly and with `compile(**options)` (`partial_trace` by default, or
+    `xla_trace`) for `steps` steps and assert that outputs and state agree. Returns the
+    compiled world (for cache assertions)."""
     eager_outs, eager_state, _ = run(build, lambda f: f, steps, seed)
     compiled_outs, compiled_state, world = run(
-        build, lambda f: partial_trace(f, **options), steps, seed)
+        build, lambda f: compile(f, **options), steps, seed)
     for i, (a, e) in enumerate(zip(compiled_outs, eager_outs)):
         assert_trees_close(a, e, rtol, atol, f"step {i} outputs")
     assert compiled_state.keys() == eager_state.keys()
