@@ -2,7 +2,7 @@
 pure-jax baselines.
 
 Run `python -m benchmarks.training_steps [--quick] [--workloads mlp,cnn,gpt]
-[--variants eager,partial,jax_eager,jax_jit_step,jax_split] [--json PATH]`.
+[--variants eager,partial,xla,jax_eager,jax_jit_step,jax_split] [--json PATH]`.
 
 Follows the measurement protocol of `shared/reference/workloads.md`: each (workload, variant) runs
 in a fresh process, which builds the model, loads the canonical init and moves the batch to the
@@ -11,7 +11,10 @@ device untimed, then times the first step alone (compilation included), runs the
 `time.perf_counter` around step + sync. `--quick` uses 2 warmup and 10 timed steps. The variants are
 described in `benchmarks.workloads`. The script checks that every variant's losses agree with the
 first one's over the first steps and prints markdown tables with the ratios of medians:
-eager / jax_eager (goal < 1), partial / jax_split (goal <= 1.10) and both against jax_jit_step.
+eager / jax_eager (goal < 1), partial / jax_split (goal <= 1.10), xla / jax_jit_step (goal
+<= 1.05), and for xla_trace against the jitted pure-jax step the first-call (capture and
+compile) times and the step's peak memory by XLA's analysis (goal <= 1.10) beside the processes'
+peak resident memory.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_VARIANTS = ("eager", "partial", "jax_eager", "jax_jit_step", "jax_split")
+DEFAULT_VARIANTS = ("eager", "partial", "xla", "jax_eager", "jax_jit_step", "jax_split")
 QUICK_WARMUP, QUICK_TIMED = 2, 10
 COMPARE_STEPS = 5  # losses of the first steps every variant must agree on
 LOSS_RTOL = 1e-4
@@ -57,10 +60,12 @@ def run_one(workload: str, variant: str, warmup: int, timed: int) -> dict[str, A
         runner.sync(loss)
         times.append(time.perf_counter() - start)
         losses.append(loss)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    step_bytes = runner.step_memory()
     return {
         "workload": workload, "variant": variant, "first_step_s": first, "times_s": times,
-        "losses": [runner.float_loss(x) for x in losses],
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "losses": [runner.float_loss(x) for x in losses], "peak_rss_mb": peak_rss,
+        "step_memory_mb": None if step_bytes is None else step_bytes / 2**20,
     }
 
 
@@ -143,6 +148,9 @@ def main(argv: list[str] | None = None) -> None:
     variants = args.variants.split(",")
     all_results = []
     summary = []
+    first_steps: dict[str, dict[str, float]] = {}
+    peaks: dict[str, dict[str, float]] = {}
+    memory: dict[str, dict[str, float | None]] = {}
     for workload in args.workloads.split(","):
         warmup = QUICK_WARMUP if args.quick else WARMUP_STEPS[workload]
         timed = QUICK_TIMED if args.quick else TIMED_STEPS[workload]
@@ -151,18 +159,39 @@ def main(argv: list[str] | None = None) -> None:
         all_results += results
         summary.append((workload, {r["variant"]: statistics.median(r["times_s"])
                                     for r in results}))
+        first_steps[workload] = {r["variant"]: r["first_step_s"] for r in results}
+        peaks[workload] = {r["variant"]: r["peak_rss_mb"] for r in results}
+        memory[workload] = {r["variant"]: r["step_memory_mb"] for r in results}
     if summary:
         print("\n### Summary (ratios of median step times)\n")
         pairs = [("eager", "jax_eager", "goal < 1"), ("partial", "jax_split", "goal <= 1.10"),
-                 ("eager", "jax_jit_step", ""), ("partial", "jax_jit_step", "")]
+                 ("xla", "jax_jit_step", "goal <= 1.05"), ("eager", "jax_jit_step", ""),
+                 ("partial", "jax_jit_step", "")]
         heads = [f"{a} / {b}" + (f" ({goal})" if goal else "") for a, b, goal in pairs]
-        print("| workload | eager ms | partial ms | " + " | ".join(heads) + " |")
-        print("| --- | ---: | ---: |" + " ---: |" * len(pairs))
+        print("| workload | eager ms | partial ms | xla ms | " + " | ".join(heads) + " |")
+        print("| --- | ---: | ---: | ---: |" + " ---: |" * len(pairs))
         for workload, med in summary:
             cells = [f"{med[a] / med[b]:.2f}" if a in med and b in med else "n/a"
                      for a, b, _ in pairs]
-            ms = [f"{med[v] * 1e3:.2f}" if v in med else "n/a" for v in ("eager", "partial")]
-            print(f"| {workload} | {ms[0]} | {ms[1]} | " + " | ".join(cells) + " |")
+            ms = [f"{med[v] * 1e3:.2f}" if v in med else "n/a"
+                  for v in ("eager", "partial", "xla")]
+            print(f"| {workload} | " + " | ".join(ms) + " | " + " | ".join(cells) + " |")
+        if all(v in firsts for firsts in first_steps.values() for v in ("xla", "jax_jit_step")):
+            print("\n### xla_trace against the jitted pure-jax step\n")
+            print("Step memory is XLA's analysis of the whole-step executable (arguments + "
+                  "outputs + temporaries - donated aliases); peak RSS is the process's, which "
+                  "also holds the eager model's construction (its per-op kernels).\n")
+            print("| workload | first call s: xla / jax.jit | step memory MB: xla / jax.jit | "
+                  "ratio (goal <= 1.10) | peak RSS MB: xla / jax.jit | ratio |")
+            print("| --- | ---: | ---: | ---: | ---: | ---: |")
+            for workload, firsts in first_steps.items():
+                rss, mem = peaks[workload], memory[workload]
+                mem_cells = (f"{mem['xla']:.1f} / {mem['jax_jit_step']:.1f} | "
+                             f"{mem['xla'] / mem['jax_jit_step']:.2f}"
+                             if mem.get("xla") and mem.get("jax_jit_step") else "n/a | n/a")
+                print(f"| {workload} | {firsts['xla']:.2f} / {firsts['jax_jit_step']:.2f} | "
+                      f"{mem_cells} | {rss['xla']:.0f} / {rss['jax_jit_step']:.0f} | "
+                      f"{rss['xla'] / rss['jax_jit_step']:.2f} |")
     if args.json:
         args.json.write_text(json.dumps(
             [{**r, "summary_ms": summarize(r)} for r in all_results], indent=1))

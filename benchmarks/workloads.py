@@ -7,6 +7,7 @@ names, and implementations of one training step that do exactly the same work:
 - `eager_step`: this framework, op by op (forward, `GradManager` backward, optimizer step);
 - `partial_step`: the same with the backbone under `partial_trace` (compiled forward and
   backward segment, head and optimizer eager);
+- `xla_step`: the same eager step compiled whole by `xla_trace` (state donated);
 - `jax_jit_step`: pure jax, forward + backward + update in one `jax.jit` with donated state;
 - `jax_split`: pure jax, jitted backbone vjp, head and loss by hand in eager `jax.numpy`, jitted
   backbone backward, jitted optimizer update (what an ideal `partial_trace` costs);
@@ -40,7 +41,7 @@ import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
-from partial import partial_trace
+from partial import partial_trace, xla_trace
 
 WORKLOADS = ("mlp", "cnn", "gpt")
 NUM_PARAMS = {"mlp": 669_706, "cnn": 170_410, "gpt": 470_784}
@@ -317,6 +318,12 @@ class Runner:
         """Parameters and BatchNorm buffers as numpy arrays, PyTorch layout and names."""
         raise NotImplementedError
 
+    def step_memory(self) -> int | None:
+        """Bytes the compiled whole-step executable needs at its peak, by XLA's analysis
+        (arguments + outputs + temporaries - outputs written into donated arguments), for
+        variants that compile the whole step; None otherwise."""
+        return None
+
     @staticmethod
     def float_loss(loss: Any) -> float:
         """The value of a loss returned by `step`."""
@@ -369,6 +376,34 @@ class PartialRunner(EagerRunner):
             self.gm.backward(loss)
         self.opt.step().clear_grad()
         return loss
+
+
+class XlaRunner(EagerRunner):
+    """The whole eager step (forward, `gm.backward`, `opt.step().clear_grad()`) under
+    `xla_trace`: one executable per step, parameters and optimizer state donated."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self._step = xla_trace(super().step)
+
+    def step(self) -> eg.Tensor:
+        return self._step()
+
+    def step_memory(self) -> int | None:
+        return peak_bytes(self._step.segments()[-1].forward().memory_analysis())
+
+
+def peak_bytes(stats: Any) -> int | None:
+    """Peak bytes of an executable from XLA's `memory_analysis()` (None if unavailable)."""
+    if stats is None:
+        return None
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes
+            + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
+
+
+def xla_step(name: str) -> XlaRunner:
+    """The training step of workload `name` compiled whole by `xla_trace`."""
+    return XlaRunner(name)
 
 
 def partial_step(name: str) -> PartialRunner:
@@ -544,6 +579,11 @@ class JaxJitStep(_JaxRunner):
             self.params, self.opt_state, self.bn, self.x, self.y)
         return loss
 
+    def step_memory(self) -> int | None:
+        compiled = self._step.lower(self.params, self.opt_state, self.bn, self.x,
+                                    self.y).compile()
+        return peak_bytes(compiled.memory_analysis())
+
 
 class JaxSplit(_JaxRunner):
     """Jitted backbone vjp; head, CE and head gradients by hand with eager `jax.numpy`; jitted
@@ -610,6 +650,6 @@ def jax_eager(name: str) -> JaxEager:
 
 
 VARIANTS: dict[str, Callable[[str], Runner]] = {
-    "eager": eager_step, "partial": partial_step, "jax_eager": jax_eager,
+    "eager": eager_step, "partial": partial_step, "xla": xla_step, "jax_eager": jax_eager,
     "jax_jit_step": jax_jit_step, "jax_split": jax_split,
 }

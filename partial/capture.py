@@ -198,8 +198,10 @@ class Capture(hooks.CaptureHooks):
         self.seen.add(key)
 
     def value_read(self, t: Any, what: str) -> None:
-        if id(t) in self.made and not isinstance(_data(t), jax.core.Tracer):
-            return  # a constant made inside the region: its value is known now
+        a = _data(t)
+        if id(t) in self.made and not isinstance(a, jax.core.Tracer) \
+                and id(a) not in self.input_of_array:
+            return  # a constant made inside the region (not a view of an input): known now
         where = describe_location(user_location())
         raise ValueReadError(
             f"{where}: {what} reads the value of a tensor inside a {self.kind} region, where "
@@ -244,7 +246,9 @@ class Capture(hooks.CaptureHooks):
         self.grads_written[id(owner)] = owner
 
     def hyper(self, optimizer: Any, group: dict, key: str, value: Any) -> Any:
-        gi = next(i for i, g in enumerate(optimizer.param_groups) if g is group)
+        gi = next((i for i, g in enumerate(optimizer.param_groups) if g is group), None)
+        if gi is None:  # not one of its param groups: nothing to read it from at call time
+            return value
         cache_key = (id(optimizer), gi, key)
         if cache_key in self.hyper_values:
             return self.hyper_values[cache_key]

@@ -84,7 +84,11 @@ class TracedFunction:
                       differentiable=self._differentiable, donate=self._donate)
         cache.captures += 1
         cache.add(entry)
-        out = entry.run(call)
+        try:
+            out = entry.run(call)  # compiles: a failure here must not leave the entry cached
+        except BaseException:
+            cache.remove(entry)
+            raise
         if out is MISS:  # the arguments were read just now: only a bug gets here
             raise RuntimeError(f"{self._kind}: a freshly compiled entry refused its own call")
         return out

@@ -60,6 +60,18 @@ def test_a_python_branch_on_a_closed_over_tensor_is_caught_too():
         f(_x(2))
 
 
+def test_reading_a_copy_of_an_outside_tensor_is_caught_too():
+    w = eg.tensor([1.0, -1.0])
+
+    @partial_trace
+    def f(x):
+        view = eg.tensor(w)  # made inside, but holding w's (input) storage
+        return x * view.numpy()[0]
+
+    with pytest.raises(ValueReadError, match=r"view.numpy\(\)"):
+        f(eg.ones(2))
+
+
 def test_unsupported_arguments_name_the_argument():
     f = partial_trace(lambda x, cfg: x)
     with pytest.raises(UnsupportedArgumentError, match=r"argument args\[1\]\['arr'\] .*ndarray"):
