@@ -8,6 +8,7 @@ change of a tensor's storage goes through `rebind`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -326,6 +327,8 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
             arrays.append(jnp.asarray(np.asarray(x)))
         else:
             arrays.append(x)
+    if op.donate is not None and h is None:
+        _unshare(arrays, op.donated(key))
     out = fn(*arrays)
     if h is not None and not mask and op.differentiable:
         out = h.untracked(out) if not op.multi_output else tuple(h.untracked(o) for o in out)
@@ -338,6 +341,19 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     if mask:
         _record(op, key, tuple(mask), inputs, arrays, outs)
     return outs
+
+
+# References to an input array held by its Tensor, the `arrays` list and `getrefcount` itself:
+# any more and something else (another Tensor, a raw array, a recorded tape node) still holds it.
+_OWNED = 3
+
+
+def _unshare(arrays: list, donated: tuple[int, ...]) -> None:
+    """Copy each array about to be donated that something else still references, so that
+    donation only consumes buffers nothing else will read."""
+    for i in donated:
+        if sys.getrefcount(arrays[i]) > _OWNED:
+            arrays[i] = jnp.array(arrays[i], copy=True)
 
 
 def _record(op: Op, key: tuple, mask: tuple, inputs: Sequence, arrays: list, outs: tuple) -> None:

@@ -26,10 +26,13 @@ class Op:
         nondiff_outputs: indices of outputs that never carry a gradient (BatchNorm's new running
             statistics); they get a zero cotangent.
         multi_output: the forward returns a tuple of arrays.
+        donate: `donate(**attrs) -> input positions` whose buffers a call may consume (the
+            outputs replace them: optimizer updates); the dispatcher copies any that something
+            else still references, so donation never destroys a value in use.
     """
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
-                 "_fwd", "_bwd")
+                 "_fwd", "_bwd", "donate")
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class Op:
         differentiable: bool = True,
         nondiff_outputs: tuple[int, ...] = (),
         multi_output: bool = False,
+        donate: Callable[..., tuple[int, ...]] | None = None,
     ):
         self.name = name
         self.fwd = fwd
@@ -48,16 +52,23 @@ class Op:
         self._impl = _cut_gradients(fwd, differentiable, nondiff_outputs)
         self._fwd: dict[tuple, Callable] = {}
         self._bwd: dict[tuple, Callable] = {}
+        self.donate = donate
 
     def __repr__(self) -> str:
         return f"Op({self.name})"
 
     def jitted(self, key: tuple) -> Callable:
-        """The jitted forward for the static attributes `key` (a tuple of (name, value))."""
+        """The jitted forward for the static attributes `key` (a tuple of (name, value)); for
+        ops that donate, it consumes the buffers at `donated(key)`."""
         fn = self._fwd.get(key)
         if fn is None:
-            fn = self._fwd[key] = jax.jit(ft.partial(self._impl, **dict(key)))
+            fn = self._fwd[key] = jax.jit(ft.partial(self._impl, **dict(key)),
+                                          donate_argnums=self.donated(key))
         return fn
+
+    def donated(self, key: tuple) -> tuple[int, ...]:
+        """The input positions a call with attributes `key` donates (none for most ops)."""
+        return () if self.donate is None else self.donate(**dict(key))
 
     def vjp(self, key: tuple, mask: tuple[int, ...]) -> Callable:
         """The jitted backward: `(primals, cotangents) -> grads of the inputs at positions mask`.

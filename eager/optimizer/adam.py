@@ -31,14 +31,14 @@ class Adam(Optimizer):
         return {"step": zeros((), "int32"), "exp_avg": zeros_like(param),
                 "exp_avg_sq": zeros_like(param)}
 
-    def _update(self, p: Tensor, group: dict[str, Any]) -> None:
-        s = self.state[p]
+    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        states = [self.state[p] for p in params]
+        m, v, steps = ([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))
         beta1, beta2 = self.hyper(group, "betas")
-        new = apply(OPS["adam_update"], p, p.grad, s["exp_avg"], s["exp_avg_sq"], s["step"],
+        new = apply(OPS["adam_update"], *params, *[p.grad for p in params], *m, *v, *steps,
                     self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
-                    self.hyper(group, "weight_decay"), decoupled=self._decoupled)
-        for t, n in zip((p, s["exp_avg"], s["exp_avg_sq"], s["step"]), new):
-            self._set(t, n)
+                    self.hyper(group, "weight_decay"), n=len(params), decoupled=self._decoupled)
+        self._set(params + m + v + steps, new)
 
 
 class AdamW(Adam):

@@ -18,7 +18,8 @@ from ..tensor import Tensor, rebind
 
 
 class Optimizer:
-    """Base class: subclasses define `_init_state(param, group)` and `_update(param, group)`.
+    """Base class: subclasses define `_init_state(param, group)` and `_update(params, group)`,
+    which updates all `params` of one group that have a gradient (one fused op per group).
 
     Updates read numeric hyper-parameters through `self.hyper(group, key)`, so that a capture
     feeds them as inputs; `structural_hypers` names those whose zero-ness selects a different
@@ -55,7 +56,7 @@ class Optimizer:
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {}
 
-    def _update(self, param: Tensor, group: dict[str, Any]) -> None:
+    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
         raise NotImplementedError
 
     def hyper(self, group: dict[str, Any], key: str) -> Any:
@@ -66,9 +67,9 @@ class Optimizer:
     def step(self) -> Optimizer:
         """Update every parameter that has a gradient; returns self."""
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self._update(p, group)
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self._update(params, group)
         return self
 
     def clear_grad(self) -> Optimizer:
@@ -81,8 +82,10 @@ class Optimizer:
     zero_grad = clear_grad
 
     @staticmethod
-    def _set(t: Tensor, new: Tensor) -> None:
-        rebind(t, new._data)
+    def _set(tensors: list[Tensor], new: tuple[Tensor, ...]) -> None:
+        """Rebind each tensor to its updated value."""
+        for t, n in zip(tensors, new):
+            rebind(t, n._data)
 
     def state_dict(self) -> dict[str, Any]:
         """{"param_groups": hyper-parameters with parameter indices, "state": index -> arrays}."""

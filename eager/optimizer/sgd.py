@@ -33,18 +33,21 @@ class SGD(Optimizer):
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {"momentum_buffer": zeros_like(param)} if group["momentum"] else {}
 
-    def _update(self, p: Tensor, group: dict[str, Any]) -> None:
+    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
         lr, wd = self.hyper(group, "lr"), self.hyper(group, "weight_decay")
-        state = self.state[p]
+        grads = [p.grad for p in params]
         if not group["momentum"]:
-            self._set(p, apply(OPS["sgd_plain_update"], p, p.grad, lr, wd))
+            self._set(params, apply(OPS["sgd_plain_update"], *params, *grads, lr, wd,
+                                    n=len(params)))
             return
+        bufs = [self._buffer(p) for p in params]
+        new = apply(OPS["sgd_update"], *params, *grads, *bufs, lr, self.hyper(group, "momentum"),
+                    wd, n=len(params), nesterov=bool(group["nesterov"]))
+        self._set(params + bufs, new)
+
+    def _buffer(self, p: Tensor) -> Tensor:
+        state = self.state[p]
         if "momentum_buffer" not in state:  # momentum switched on after construction
             state["momentum_buffer"] = zeros_like(p)
             hooks.bump_epoch()
-        buf = state["momentum_buffer"]
-        new_p, new_buf = apply(OPS["sgd_update"], p, p.grad, buf, lr,
-                               self.hyper(group, "momentum"), wd,
-                               nesterov=bool(group["nesterov"]))
-        self._set(p, new_p)
-        self._set(buf, new_buf)
+        return state["momentum_buffer"]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from jax.scipy.special import erf
 
 import eager as eg
+import eager.optimizer as optim
 
 from .op_check import check_op
 
@@ -621,8 +622,10 @@ def test_optimizer_update_ops(nesterov):
     nb = 0.9 * buf + gd
     step = gd + 0.9 * nb if nesterov else nb
     check_op("sgd_update", [p, g, buf, 0.1, 0.9, 0.01],
-             lambda *a: (jnp.asarray(p - 0.1 * step), jnp.asarray(nb)), {"nesterov": nesterov})
-    check_op("sgd_plain_update", [p, g, 0.1, 0.01], lambda *a: jnp.asarray(p - 0.1 * gd))
+             lambda *a: (jnp.asarray(p - 0.1 * step), jnp.asarray(nb)),
+             {"nesterov": nesterov, "n": 1})
+    check_op("sgd_plain_update", [p, g, 0.1, 0.01], lambda *a: (jnp.asarray(p - 0.1 * gd),),
+             {"n": 1})
     m, v = rng.standard_normal(5).astype(np.float32), rng.uniform(0, 1, 5).astype(np.float32)
     for decoupled in (False, True):
         gg = g if decoupled else g + 0.01 * p
@@ -632,7 +635,37 @@ def test_optimizer_update_ops(nesterov):
         check_op("adam_update", [p, g, m, v, np.array(2, np.int32), 0.1, 0.9, 0.99, 1e-8, 0.01],
                  lambda *a, new_p=new_p, m2=m2, v2=v2: (jnp.asarray(new_p), jnp.asarray(m2),
                                                         jnp.asarray(v2), jnp.asarray(3)),
-                 {"decoupled": decoupled}, rtol=1e-5, atol=1e-6)
+                 {"decoupled": decoupled, "n": 1}, rtol=1e-5, atol=1e-6)
+
+
+def test_optimizer_updates_of_a_group_match_one_parameter_at_a_time():
+    rng = np.random.default_rng(3)
+    shapes = [(3, 4), (4,), ()]
+    p, g, m, v = ([rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(4))
+    step = [np.array(i, np.int32) for i in range(3)]
+    hyper = (0.1, 0.9, 0.99, 1e-8, 0.01)
+    # fresh tensors per call: an update consumes (donates) its parameter and state buffers
+    grouped = eg.apply(eg.OPS["adam_update"], *map(eg.tensor, p + g + m + v + step), *hyper,
+                       n=3, decoupled=False)
+    for i in range(3):
+        single = eg.apply(eg.OPS["adam_update"], *map(eg.tensor, (p[i], g[i], m[i], v[i],
+                                                                  step[i])),
+                          *hyper, n=1, decoupled=False)
+        for k in range(4):  # new parameters, m, v and steps come in lists of 3
+            np.testing.assert_array_equal(grouped[3 * k + i].numpy(), single[k].numpy())
+
+
+def test_updates_donate_only_buffers_nothing_else_holds():
+    w = eg.Parameter(np.ones((64, 64), np.float32))
+    opt = optim.SGD([w], lr=0.1, momentum=0.9)
+    w.grad = eg.ones((64, 64))
+    kept = w.detach()  # shares w's buffer: must survive the update
+    opt.step()
+    assert (kept.numpy() == 1).all() and (w.numpy() == 0.9).all()
+    address = eg.read(w).unsafe_buffer_pointer()
+    opt.step()  # w's buffer is held by w alone: updated in place
+    assert eg.read(w).unsafe_buffer_pointer() == address
+    np.testing.assert_allclose(w.numpy(), 0.9 - 0.1 * 1.9, rtol=1e-6)
 
 
 # ----- coverage ---------------------------------------------------------------------------------
