@@ -1,29 +1,41 @@
-"""Training-step times of the three benchmark workloads: `eager` and `partial_trace` against
-pure-jax baselines.
+"""The benchmark suite: every workload in every mode, against pure-jax (and PyTorch) references.
 
-Run `python -m benchmarks.training_steps [--quick] [--workloads mlp,cnn,gpt]
-[--variants eager,partial,xla,jax_eager,jax_jit_step,jax_split] [--json PATH]`.
+Run `python -m benchmarks [--quick] [--workloads mlp,cnn,gpt,dynamic] [--variants ...]
+[--out DIR]`.
 
-Follows the measurement protocol of `shared/reference/workloads.md`: each (workload, variant) runs
-in a fresh process, which builds the model, loads the canonical init and moves the batch to the
-device untimed, then times the first step alone (compilation included), runs the warmup steps
-(mlp 10, cnn 5, gpt 5) and times each of the timed steps (mlp 100, cnn 30, gpt 50) with
-`time.perf_counter` around step + sync. `--quick` uses 2 warmup and 10 timed steps. The variants are
-described in `benchmarks.workloads`. The script checks that every variant's losses agree with the
-first one's over the first steps and prints markdown tables with the ratios of medians:
-eager / jax_eager (goal < 1), partial / jax_split (goal <= 1.10), xla / jax_jit_step (goal
-<= 1.05), and for xla_trace against the jitted pure-jax step the first-call (capture and
-compile) times and the step's peak memory by XLA's analysis (goal <= 1.10) beside the processes'
-peak resident memory.
+Workloads: the three of `shared/reference/workloads.md` (an MLP, a small ResNet with BatchNorm,
+a two-block GPT) and `dynamic`, the MLP with a dynamic head (the loss over the samples whose
+loss is at or above the batch median: a data-dependent count, read on the host). Variants
+(`benchmarks.workloads`, `benchmarks.torch_workloads`): `eager`; `partial` (backbone under
+`partial_trace`, head eager); `xla` (whole step under `xla_trace`); the pure-jax references
+`jax_jit_step` (whole step in one donated `jax.jit`), `jax_split` (jitted backbone forward and
+backward, head in op-by-op jax: what an ideal `partial_trace` costs) and `jax_eager` (no jit);
+and, when torch is importable, `torch_eager` and `torch_compile_backbone`. Steps that cannot hold
+a dynamic head (`xla`, `jax_jit_step`, `jax_eager`) are not run for it.
+
+Protocol (workloads.md): each (workload, variant) runs in a fresh process, which builds the model,
+loads the canonical init and moves the batch untimed, then times the first step alone (capture
+and compilation included), runs the warmup steps (mlp 10, cnn 5, gpt 5) and times each step
+(mlp 100, cnn 30, gpt 50) with `time.perf_counter` around step and sync. Every variant's losses
+over the first steps must agree with the first variant's (the implementations do the same work),
+else the run is marked MISMATCH. Reported per variant: first-step time, median, min and max step
+time, peak resident memory, XLA's peak memory of a whole-step executable where there is one, and
+the ratios of medians to `jax_jit_step` and `jax_split`. The results are printed, and written to
+DIR (default `benchmarks/results/`) as `results.md`, `results.json` and `results.png`.
+
+`--quick` (under two minutes on 2 cores; not for quoting): all variants of a workload share one
+process, 2 warmup and 5 timed steps, the cnn batch is cut to 16 and `torch.compile` is skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import importlib.util
 import json
 import os
+import platform
 import resource
-import statistics
 import subprocess
 import sys
 import time
@@ -33,17 +45,56 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_VARIANTS = ("eager", "partial", "xla", "jax_eager", "jax_jit_step", "jax_split")
-QUICK_WARMUP, QUICK_TIMED = 2, 10
+WORKLOADS = ("mlp", "cnn", "gpt", "dynamic")
+REFERENCES = ("jax_jit_step", "jax_split")
+QUICK_WARMUP, QUICK_TIMED = 2, 5
+QUICK_BATCH = {"cnn": 16}
 COMPARE_STEPS = 5  # losses of the first steps every variant must agree on
 LOSS_RTOL = 1e-4
+GOALS = [("eager", "jax_eager", 1.0, "< 1", "eager faster than op-by-op jax"),
+         ("partial", "jax_split", 1.10, "<= 1.10", "partial_trace step vs ideal split step"),
+         ("xla", "jax_jit_step", 1.05, "<= 1.05", "xla_trace step vs one jitted step")]
 
 
-def run_one(workload: str, variant: str, warmup: int, timed: int) -> dict[str, Any]:
-    """Measure one (workload, variant) in this process; returns times (seconds) and losses."""
+def available_variants(workload: str, quick: bool) -> list[str]:
+    """Every variant that applies to `workload` here (torch ones only if torch imports)."""
+    from benchmarks.workloads import variants_for
+
+    variants = variants_for(workload)
+    if not torch_available():
+        return variants
+    return variants + ["torch_eager"] + ([] if quick else ["torch_compile_backbone"])
+
+
+def torch_available() -> bool:
+    """Whether torch can be imported (checked without importing it into this process)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. `VmHWM` is per address space (reset by exec);
+    `ru_maxrss`, the fallback, would count the parent's size at the fork."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _make_runner(workload: str, variant: str, batch: int | None) -> Any:
+    if variant.startswith("torch_"):
+        from benchmarks.torch_workloads import VARIANTS as TORCH
+        return TORCH[variant](workload, batch)
     from benchmarks.workloads import VARIANTS
+    return VARIANTS[variant](workload, batch)
 
-    runner = VARIANTS[variant](workload)
+
+def run_one(workload: str, variant: str, warmup: int, timed: int,
+            batch: int | None = None) -> dict[str, Any]:
+    """Measure one (workload, variant) in this process; times in seconds."""
+    runner = _make_runner(workload, variant, batch)
     start = time.perf_counter()
     loss = runner.step()
     runner.sync(loss)
@@ -60,25 +111,40 @@ def run_one(workload: str, variant: str, warmup: int, timed: int) -> dict[str, A
         runner.sync(loss)
         times.append(time.perf_counter() - start)
         losses.append(loss)
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     step_bytes = runner.step_memory()
     return {
         "workload": workload, "variant": variant, "first_step_s": first, "times_s": times,
-        "losses": [runner.float_loss(x) for x in losses], "peak_rss_mb": peak_rss,
+        "losses": [runner.float_loss(x) for x in losses],
+        "peak_rss_mb": peak_rss_mb(),
         "step_memory_mb": None if step_bytes is None else step_bytes / 2**20,
     }
 
 
-def run_fresh(workload: str, variant: str, warmup: int, timed: int) -> dict[str, Any]:
-    """`run_one` in a fresh Python process (cold jit caches), as the protocol asks."""
+def _child(args: list[str]) -> list[dict[str, Any]]:
+    """Run `python -m benchmarks.suite --child ...` and parse its JSON lines."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "benchmarks.training_steps", "--child", workload, variant,
-           str(warmup), str(timed)]
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
+        os.environ.get("TMPDIR", "/tmp"), f"inductor-{os.getpid()}-{time.time_ns()}"))
+    cmd = [sys.executable, "-m", "benchmarks.suite", "--child", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"{workload}/{variant} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def measure_workload(workload: str, variants: list[str], quick: bool) -> list[dict[str, Any]]:
+    """Every variant of `workload`: a fresh process each (or, `quick`, one for all)."""
+    from benchmarks.workloads import TIMED_STEPS, WARMUP_STEPS, spec_of
+
+    spec = spec_of(workload)
+    warmup = QUICK_WARMUP if quick else WARMUP_STEPS[spec]
+    timed = QUICK_TIMED if quick else TIMED_STEPS[spec]
+    batch = QUICK_BATCH.get(spec) if quick else None
+    common = [workload, str(warmup), str(timed), str(batch or 0)]
+    if quick:
+        return _child([*common, ",".join(variants)])
+    return [r for v in variants for r in _child([*common, v])]
 
 
 def summarize(result: dict[str, Any]) -> dict[str, float]:
@@ -89,112 +155,159 @@ def summarize(result: dict[str, Any]) -> dict[str, float]:
             "p90": float(np.percentile(ms, 90))}
 
 
-def loss_report(results: list[dict[str, Any]]) -> list[str]:
-    """Lines comparing each variant's first losses with the first variant's."""
+def check_losses(results: list[dict[str, Any]]) -> list[str]:
+    """Per variant: its first losses and whether they agree with the first variant's."""
     ref = results[0]
     n = min(COMPARE_STEPS, *(len(r["losses"]) for r in results))
     lines = []
     for r in results:
         a, b = np.asarray(r["losses"][:n]), np.asarray(ref["losses"][:n])
         rel = float(np.max(np.abs(a - b) / np.abs(b)))
-        verdict = "ok" if rel <= LOSS_RTOL else "MISMATCH"
+        r["losses_agree"] = rel <= LOSS_RTOL
         shown = ", ".join(f"{v:.6f}" for v in r["losses"][:n])
-        lines.append(f"- {r['variant']}: [{shown}] max rel diff vs {ref['variant']} "
-                     f"{rel:.1e} ({verdict})")
+        lines.append(f"- {r['variant']}: [{shown}] max rel. diff. vs {ref['variant']} {rel:.1e} "
+                     f"({'ok' if r['losses_agree'] else 'MISMATCH'})")
     return lines
 
 
-def _loss_after(losses: list[float], updates: int = 20) -> str:
-    return f"{losses[updates]:.4f}" if len(losses) > updates else f"{losses[-1]:.4f} (last)"
+def _ratio(med: dict[str, float], a: str, b: str) -> str:
+    return f"{med[a] / med[b]:.2f}" if a in med and b in med else "n/a"
 
 
-def print_workload(workload: str, results: list[dict[str, Any]]) -> None:
-    """Print the markdown table and the loss check of one workload."""
-    stats = {r["variant"]: summarize(r) for r in results}
-    eager = stats.get("eager")
+def workload_table(workload: str, results: list[dict[str, Any]]) -> list[str]:
+    """The markdown table of one workload, with the loss check below it."""
+    med = {r["variant"]: summarize(r)["median"] for r in results}
     n_timed = len(results[0]["times_s"])
-    print(f"\n### {workload} ({n_timed} timed steps)\n")
-    print("| variant | first step s | median ms | min ms | max ms | eager / this (median) | "
-          "loss step 1 | loss after 20 | peak RSS MB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lines = [f"### {workload} ({n_timed} timed steps per variant)", "",
+             "| variant | first step s | median ms | min ms | max ms | / jax_jit_step | "
+             "/ jax_split | peak RSS MB | step memory MB |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
-        s = stats[r["variant"]]
-        ratio = f"{eager['median'] / s['median']:.2f}" if eager else "n/a"
-        print(f"| {r['variant']} | {r['first_step_s']:.2f} | {s['median']:.2f} | "
-              f"{s['min']:.2f} | {s['max']:.2f} | {ratio} | {r['losses'][0]:.4f} | "
-              f"{_loss_after(r['losses'])} | {r['peak_rss_mb']:.0f} |")
-    print(f"\nLosses of the first {COMPARE_STEPS} steps:")
-    print("\n".join(loss_report(results)))
+        s, v = summarize(r), r["variant"]
+        memory = f"{r['step_memory_mb']:.1f}" if r.get("step_memory_mb") else ""
+        lines.append(f"| {v} | {r['first_step_s']:.2f} | {s['median']:.2f} | {s['min']:.2f} | "
+                     f"{s['max']:.2f} | {_ratio(med, v, 'jax_jit_step')} | "
+                     f"{_ratio(med, v, 'jax_split')} | {r['peak_rss_mb']:.0f} | {memory} |")
+    lines += ["", f"Losses of the first {COMPARE_STEPS} steps:"] + check_losses(results)
+    return lines
+
+
+def goals_table(all_results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The project's goals, per workload: ratios of medians and whether each holds."""
+    lines = ["### Goals (ratios of median step times; step memory by XLA's analysis)", "",
+             "| workload | " + " | ".join(f"{a} / {b} ({goal})" for a, b, _, goal, _ in GOALS)
+             + " | xla / jax_jit_step step memory (<= 1.10) |",
+             "| --- |" + " ---: |" * (len(GOALS) + 1)]
+    for workload, results in all_results.items():
+        med = {r["variant"]: summarize(r)["median"] for r in results}
+        mem = {r["variant"]: r.get("step_memory_mb") for r in results}
+        cells = []
+        for a, b, limit, _, _ in GOALS:
+            if a in med and b in med:
+                ratio = med[a] / med[b]
+                held = ratio < limit if limit == 1.0 else ratio <= limit
+                cells.append(f"{ratio:.2f} {'ok' if held else 'MISSED'}")
+            else:
+                cells.append("n/a")
+        if mem.get("xla") and mem.get("jax_jit_step"):
+            ratio = mem["xla"] / mem["jax_jit_step"]
+            cells.append(f"{ratio:.2f} {'ok' if ratio <= 1.10 else 'MISSED'}")
+        else:
+            cells.append("n/a")
+        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def chart(all_results: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """Median step time per variant (bars) with min-max whiskers, one panel per workload."""
+    import matplotlib as mpl
+
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = {"eager": "#1f77b4", "partial": "#1f77b4", "xla": "#1f77b4",
+                "jax": "#ff7f0e", "torch": "#2ca02c"}
+    fig, axes = plt.subplots(1, len(all_results), figsize=(4.2 * len(all_results), 4.2),
+                             squeeze=False)
+    for ax, (workload, results) in zip(axes[0], all_results.items()):
+        names = [r["variant"] for r in results]
+        stats = [summarize(r) for r in results]
+        med = np.array([s["median"] for s in stats])
+        err = np.array([[m - s["min"] for m, s in zip(med, stats)],
+                        [s["max"] - m for m, s in zip(med, stats)]])
+        colors = [families.get(n.split("_")[0], "#7f7f7f") for n in names]
+        ax.barh(names, med, xerr=err, color=colors, capsize=2)
+        ax.set_xlim(left=0)
+        ax.invert_yaxis()
+        ax.set_title(workload)
+        ax.set_xlabel("step time, ms (median; min-max)")
+    fig.suptitle("this project (blue), pure jax (orange), PyTorch (green)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def machine() -> str:
+    """A line describing where the run happened."""
+    import jax
+
+    device = jax.devices()[0]
+    return (f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"jax {jax.__version__} on {device.platform} ({device.device_kind})")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Parse the command line, run every (workload, variant) in a fresh process, print tables."""
-    from benchmarks.workloads import TIMED_STEPS, WARMUP_STEPS, WORKLOADS
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Parse the command line, measure, print and write the results."""
+    parser = argparse.ArgumentParser(
+        description="Every workload in every mode against pure-jax (and PyTorch) references.")
     parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK_WARMUP} warmup and {QUICK_TIMED} timed steps")
+                        help="a short, less exact run: one process per workload, "
+                             f"{QUICK_WARMUP}+{QUICK_TIMED} steps, cnn batch 16, no "
+                             "torch.compile")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS))
-    parser.add_argument("--json", type=Path, help="also write every result to this JSON file")
-    parser.add_argument("--child", nargs=4, metavar=("WORKLOAD", "VARIANT", "WARMUP", "TIMED"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument("--variants", default="", help="comma-separated (default: all that apply)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results",
+                        help="folder for results.md, results.json, results.png")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        workload, variant, warmup, timed = args.child
-        print(json.dumps(run_one(workload, variant, int(warmup), int(timed))))
+        workload, warmup, timed, batch, variants = args.child
+        for variant in variants.split(","):
+            print(json.dumps(run_one(workload, variant, int(warmup), int(timed),
+                                     int(batch) or None)), flush=True)
         return
 
-    variants = args.variants.split(",")
-    all_results = []
-    summary = []
-    first_steps: dict[str, dict[str, float]] = {}
-    peaks: dict[str, dict[str, float]] = {}
-    memory: dict[str, dict[str, float | None]] = {}
+    started = time.time()
+    command = "python -m benchmarks " + " ".join(argv if argv is not None else sys.argv[1:])
+    header = [f"Run {dt.date.today().isoformat()} on {machine()}.", "",
+              f"Command: `{command.strip()}`" + (" (quick: not for quoting)" if args.quick
+                                                 else ""), ""]
+    if not torch_available():
+        header += ["PyTorch is not importable here: its variants are skipped (it is never a "
+                   "dependency; `pip install torch` to include them).", ""]
+    print("\n".join(header))
+    wanted = [v for v in args.variants.split(",") if v]
+    all_results: dict[str, list[dict[str, Any]]] = {}
+    report = list(header)
     for workload in args.workloads.split(","):
-        warmup = QUICK_WARMUP if args.quick else WARMUP_STEPS[workload]
-        timed = QUICK_TIMED if args.quick else TIMED_STEPS[workload]
-        results = [run_fresh(workload, v, warmup, timed) for v in variants]
-        print_workload(workload, results)
-        all_results += results
-        summary.append((workload, {r["variant"]: statistics.median(r["times_s"])
-                                    for r in results}))
-        first_steps[workload] = {r["variant"]: r["first_step_s"] for r in results}
-        peaks[workload] = {r["variant"]: r["peak_rss_mb"] for r in results}
-        memory[workload] = {r["variant"]: r["step_memory_mb"] for r in results}
-    if summary:
-        print("\n### Summary (ratios of median step times)\n")
-        pairs = [("eager", "jax_eager", "goal < 1"), ("partial", "jax_split", "goal <= 1.10"),
-                 ("xla", "jax_jit_step", "goal <= 1.05"), ("eager", "jax_jit_step", ""),
-                 ("partial", "jax_jit_step", "")]
-        heads = [f"{a} / {b}" + (f" ({goal})" if goal else "") for a, b, goal in pairs]
-        print("| workload | eager ms | partial ms | xla ms | " + " | ".join(heads) + " |")
-        print("| --- | ---: | ---: | ---: |" + " ---: |" * len(pairs))
-        for workload, med in summary:
-            cells = [f"{med[a] / med[b]:.2f}" if a in med and b in med else "n/a"
-                     for a, b, _ in pairs]
-            ms = [f"{med[v] * 1e3:.2f}" if v in med else "n/a"
-                  for v in ("eager", "partial", "xla")]
-            print(f"| {workload} | " + " | ".join(ms) + " | " + " | ".join(cells) + " |")
-        if all(v in firsts for firsts in first_steps.values() for v in ("xla", "jax_jit_step")):
-            print("\n### xla_trace against the jitted pure-jax step\n")
-            print("Step memory is XLA's analysis of the whole-step executable (arguments + "
-                  "outputs + temporaries - donated aliases); peak RSS is the process's, which "
-                  "also holds the eager model's construction (its per-op kernels).\n")
-            print("| workload | first call s: xla / jax.jit | step memory MB: xla / jax.jit | "
-                  "ratio (goal <= 1.10) | peak RSS MB: xla / jax.jit | ratio |")
-            print("| --- | ---: | ---: | ---: | ---: | ---: |")
-            for workload, firsts in first_steps.items():
-                rss, mem = peaks[workload], memory[workload]
-                mem_cells = (f"{mem['xla']:.1f} / {mem['jax_jit_step']:.1f} | "
-                             f"{mem['xla'] / mem['jax_jit_step']:.2f}"
-                             if mem.get("xla") and mem.get("jax_jit_step") else "n/a | n/a")
-                print(f"| {workload} | {firsts['xla']:.2f} / {firsts['jax_jit_step']:.2f} | "
-                      f"{mem_cells} | {rss['xla']:.0f} / {rss['jax_jit_step']:.0f} | "
-                      f"{rss['xla'] / rss['jax_jit_step']:.2f} |")
-    if args.json:
-        args.json.write_text(json.dumps(
-            [{**r, "summary_ms": summarize(r)} for r in all_results], indent=1))
+        variants = [v for v in available_variants(workload, args.quick)
+                    if not wanted or v in wanted]
+        results = measure_workload(workload, variants, args.quick)
+        all_results[workload] = results
+        lines = workload_table(workload, results)
+        print("\n".join(lines) + "\n", flush=True)
+        report += lines + [""]
+    goals = goals_table(all_results)
+    print("\n".join(goals))
+    report += goals + ["", f"Total time {time.time() - started:.0f} s."]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.md").write_text("\n".join(report) + "\n")
+    (args.out / "results.json").write_text(json.dumps(
+        {w: [{**r, "summary_ms": summarize(r)} for r in rs] for w, rs in all_results.items()},
+        indent=1))
+    chart(all_results, args.out / "results.png")
+    print(f"\nwrote {args.out / 'results.md'}, results.json and results.png "
+          f"({time.time() - started:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
 
 WORKLOADS = ("mlp", "cnn", "gpt")
+# The mlp with a dynamic head: the loss over the samples whose loss is at or above the batch
+# median (a data-dependent count, found by reading values), as in the demo.
+DYNAMIC = "dynamic"
 NUM_PARAMS = {"mlp": 669_706, "cnn": 170_410, "gpt": 470_784}
 NUM_BUFFER_FLOATS = {"mlp": 0, "cnn": 960, "gpt": 0}
 WARMUP_STEPS = {"mlp": 10, "cnn": 5, "gpt": 5}
@@ -61,9 +64,20 @@ _CNN_BLOCKS = (("layer1.0", 32, 32, 1), ("layer1.1", 32, 32, 1),
 
 
 # ----- data and init ----------------------------------------------------------------------------
-def make_batch(name: str) -> tuple[np.ndarray, np.ndarray]:
+def spec_of(name: str) -> str:
+    """The spec workload a workload's model, data and optimizer follow (`dynamic` is the mlp)."""
+    return "mlp" if name == DYNAMIC else name
+
+
+def make_batch(name: str, batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The fixed batch `(x, y)` of workload `name`: float32 inputs (int32 tokens for the gpt) and
-    int32 labels (`[16, 64]` for the gpt; the runners flatten them to the 1024 token labels)."""
+    int32 labels (`[16, 64]` for the gpt; the runners flatten them to the 1024 token labels).
+    `batch` keeps only the first rows (quick runs), which changes the measured work."""
+    x, y = _canonical_batch(spec_of(name))
+    return (x, y) if batch is None else (x[:batch], y[:batch])
+
+
+def _canonical_batch(name: str) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng([0, 1])
     if name == "mlp":
         x = rng.standard_normal((128, 784)).astype(np.float32)
@@ -145,7 +159,7 @@ def is_buffer(key: str) -> bool:
 def init_params(name: str) -> dict[str, np.ndarray]:
     """The canonical initial state dict of workload `name`: float32 arrays in PyTorch layout under
     PyTorch `state_dict` names, parameters and (cnn) BatchNorm running statistics."""
-    return {k: _draw(k, shape, init) for k, (shape, init) in _tensor_specs(name).items()}
+    return {k: _draw(k, shape, init) for k, (shape, init) in _tensor_specs(spec_of(name)).items()}
 
 
 # ----- eager models -----------------------------------------------------------------------------
@@ -292,8 +306,8 @@ _BACKBONES = {"mlp": (MLPBackbone, 512), "cnn": (ResNetBackbone, 64), "gpt": (GP
 
 def build_model(name: str) -> Model:
     """The eager `Model(backbone, head)` of workload `name`, loaded with `init_params(name)`."""
-    backbone, features = _BACKBONES[name]
-    model = Model(backbone(), M.Linear(features, NUM_CLASSES[name]))
+    backbone, features = _BACKBONES[spec_of(name)]
+    model = Model(backbone(), M.Linear(features, NUM_CLASSES[spec_of(name)]))
     model.load_state_dict(init_params(name))
     return model
 
@@ -330,11 +344,21 @@ class Runner:
         return float(np.asarray(eg.read(loss) if isinstance(loss, eg.Tensor) else loss))
 
 
-class EagerRunner(Runner):
-    """The `eager` step: forward, mean CE, `gm.backward`, `opt.step().clear_grad()`."""
+def hard_example_loss(logits: eg.Tensor, labels: eg.Tensor) -> eg.Tensor:
+    """Mean cross-entropy over the samples whose loss is at or above the batch median (read on
+    the host: a data-dependent count): the dynamic workload's head."""
+    per_sample = F.cross_entropy(logits, labels, reduction="none")
+    threshold = float(np.median(per_sample.numpy()))
+    return per_sample[per_sample >= threshold].mean()
 
-    def __init__(self, name: str):
+
+class EagerRunner(Runner):
+    """The `eager` step: forward, mean CE (the dynamic head for `dynamic`), `gm.backward`,
+    `opt.step().clear_grad()`."""
+
+    def __init__(self, name: str, batch: int | None = None):
         self.model = build_model(name)
+        self.loss = hard_example_loss if name == DYNAMIC else F.cross_entropy
         params = self.model.parameters()
         if name == "gpt":
             self.opt: optim.Optimizer = optim.Adam(params, lr=_ADAM["lr"],
@@ -343,14 +367,14 @@ class EagerRunner(Runner):
         else:
             self.opt = optim.SGD(params, lr=_SGD["lr"], momentum=_SGD["momentum"])
         self.gm = GradManager().attach(params)
-        x, y = make_batch(name)
+        x, y = make_batch(name, batch)
         self.x, self.y = eg.tensor(x), eg.tensor(y.reshape(-1))
         self._state = params + self.model.buffers() + [
             t for s in self.opt.state.values() for t in s.values()]
 
     def step(self) -> eg.Tensor:
         with self.gm:
-            loss = F.cross_entropy(self.model(self.x), self.y)
+            loss = self.loss(self.model(self.x), self.y)
             self.gm.backward(loss)
         self.opt.step().clear_grad()
         return loss
@@ -366,13 +390,13 @@ class PartialRunner(EagerRunner):
     """The eager step with the backbone under `partial_trace`: one compiled forward and one
     compiled backward segment; head, loss, backward pass and optimizer stay eager."""
 
-    def __init__(self, name: str):
-        super().__init__(name)
+    def __init__(self, name: str, batch: int | None = None):
+        super().__init__(name, batch)
         self.backbone = partial_trace(self.model.backbone)
 
     def step(self) -> eg.Tensor:
         with self.gm:
-            loss = F.cross_entropy(self.model.classify(self.backbone(self.x)), self.y)
+            loss = self.loss(self.model.classify(self.backbone(self.x)), self.y)
             self.gm.backward(loss)
         self.opt.step().clear_grad()
         return loss
@@ -382,8 +406,10 @@ class XlaRunner(EagerRunner):
     """The whole eager step (forward, `gm.backward`, `opt.step().clear_grad()`) under
     `xla_trace`: one executable per step, parameters and optimizer state donated."""
 
-    def __init__(self, name: str):
-        super().__init__(name)
+    def __init__(self, name: str, batch: int | None = None):
+        if name == DYNAMIC:
+            raise ValueError("the dynamic head reads values: it cannot be a whole-step xla_trace")
+        super().__init__(name, batch)
         self._step = xla_trace(super().step)
 
     def step(self) -> eg.Tensor:
@@ -401,19 +427,19 @@ def peak_bytes(stats: Any) -> int | None:
             + stats.temp_size_in_bytes - stats.alias_size_in_bytes)
 
 
-def xla_step(name: str) -> XlaRunner:
+def xla_step(name: str, batch: int | None = None) -> XlaRunner:
     """The training step of workload `name` compiled whole by `xla_trace`."""
-    return XlaRunner(name)
+    return XlaRunner(name, batch)
 
 
-def partial_step(name: str) -> PartialRunner:
+def partial_step(name: str, batch: int | None = None) -> PartialRunner:
     """The training step of workload `name` with its backbone compiled by `partial_trace`."""
-    return PartialRunner(name)
+    return PartialRunner(name, batch)
 
 
-def eager_step(name: str) -> EagerRunner:
+def eager_step(name: str, batch: int | None = None) -> EagerRunner:
     """The eager training step of workload `name` (model, SGD/Adam and GradManager per spec)."""
-    return EagerRunner(name)
+    return EagerRunner(name, batch)
 
 
 # ----- pure jax: model functions over the state dict --------------------------------------------
@@ -542,15 +568,16 @@ def _optimizer(name: str) -> Callable[[dict, dict, dict], tuple[dict, dict]]:
 class _JaxRunner(Runner):
     """Shared state of the pure-jax runners: params, BN state, optimizer state, the batch."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, batch: int | None = None):
         state = init_params(name)
+        self.name = name
         self.params = {k: jnp.asarray(v) for k, v in state.items() if not is_buffer(k)}
         self.bn = {k: jnp.asarray(v) for k, v in state.items() if is_buffer(k)}
-        self.opt_state = _opt_init(name, self.params)
-        x, y = make_batch(name)
+        self.opt_state = _opt_init(spec_of(name), self.params)
+        x, y = make_batch(name, batch)
         self.x, self.y = jnp.asarray(x), jnp.asarray(y.reshape(-1))
-        self.backbone = _JAX_BACKBONES[name]
-        self.update = _optimizer(name)
+        self.backbone = _JAX_BACKBONES[spec_of(name)]
+        self.update = _optimizer(spec_of(name))
 
     def sync(self, loss: Any) -> None:
         jax.block_until_ready((loss, self.params, self.bn, self.opt_state))
@@ -562,8 +589,10 @@ class _JaxRunner(Runner):
 class JaxJitStep(_JaxRunner):
     """Forward, backward and optimizer update in one `jax.jit`, state donated."""
 
-    def __init__(self, name: str):
-        super().__init__(name)
+    def __init__(self, name: str, batch: int | None = None):
+        if name == DYNAMIC:
+            raise ValueError("the dynamic head reads values: it cannot be one jitted step")
+        super().__init__(name, batch)
         backbone, update = self.backbone, self.update
 
         def train_step(params, opt_state, bn, x, y):
@@ -589,8 +618,8 @@ class JaxSplit(_JaxRunner):
     """Jitted backbone vjp; head, CE and head gradients by hand with eager `jax.numpy`; jitted
     backbone backward; jitted optimizer update with params and optimizer state donated."""
 
-    def __init__(self, name: str):
-        super().__init__(name)
+    def __init__(self, name: str, batch: int | None = None):
+        super().__init__(name, batch)
         backbone = self.backbone
 
         def fwd(bb_params, bn, x):
@@ -600,7 +629,7 @@ class JaxSplit(_JaxRunner):
         self._fwd = jax.jit(fwd)
         self._bwd = jax.jit(lambda vjp, g: vjp(g)[0])
         self._update = jax.jit(self.update, donate_argnums=(0, 2))
-        self._classes = jnp.arange(NUM_CLASSES[name], dtype=self.y.dtype)
+        self._classes = jnp.arange(NUM_CLASSES[spec_of(name)], dtype=self.y.dtype)
 
     def step(self) -> jax.Array:
         bb = {k: v for k, v in self.params.items() if k.startswith("backbone.")}
@@ -618,14 +647,25 @@ class JaxSplit(_JaxRunner):
         z = logits - jnp.max(logits, axis=1, keepdims=True)
         logp = z - jnp.log(jnp.sum(jnp.exp(z), axis=1, keepdims=True))
         onehot = (self.y[:, None] == self._classes).astype(logp.dtype)
-        loss = -jnp.sum(logp * onehot) / f.shape[0]
-        d_logits = (jnp.exp(logp) - onehot) / f.shape[0]
+        if self.name == DYNAMIC:  # the hard half, chosen by reading the per-sample losses
+            per_sample = -jnp.sum(logp * onehot, axis=1)
+            keep = np.asarray(per_sample) >= np.median(np.asarray(per_sample))
+            weight = jnp.asarray(keep, logp.dtype)[:, None] / int(keep.sum())
+        else:
+            weight = 1.0 / f.shape[0]
+        loss = -jnp.sum(logp * onehot * weight)
+        d_logits = (jnp.exp(logp) - onehot) * weight
         grads = {"head.weight": d_logits.T @ f, "head.bias": jnp.sum(d_logits, axis=0)}
         return loss, grads, (d_logits @ w).reshape(feats.shape)
 
 
 class JaxEager(_JaxRunner):
     """`jax.value_and_grad` and a `jax.tree.map` optimizer, no jit: op-by-op dispatch."""
+
+    def __init__(self, name: str, batch: int | None = None):
+        if name == DYNAMIC:
+            raise ValueError("not implemented for the dynamic head")
+        super().__init__(name, batch)
 
     def step(self) -> jax.Array:
         (loss, self.bn), grads = jax.value_and_grad(
@@ -634,22 +674,28 @@ class JaxEager(_JaxRunner):
         return loss
 
 
-def jax_jit_step(name: str) -> JaxJitStep:
+def jax_jit_step(name: str, batch: int | None = None) -> JaxJitStep:
     """Pure-jax reference: the whole training step of workload `name` in one donated `jax.jit`."""
-    return JaxJitStep(name)
+    return JaxJitStep(name, batch)
 
 
-def jax_split(name: str) -> JaxSplit:
+def jax_split(name: str, batch: int | None = None) -> JaxSplit:
     """Pure-jax split step of workload `name`: jitted backbone fwd/bwd, eager-jnp head."""
-    return JaxSplit(name)
+    return JaxSplit(name, batch)
 
 
-def jax_eager(name: str) -> JaxEager:
+def jax_eager(name: str, batch: int | None = None) -> JaxEager:
     """Pure-jax op-by-op step of workload `name`: no jit anywhere."""
-    return JaxEager(name)
+    return JaxEager(name, batch)
 
 
-VARIANTS: dict[str, Callable[[str], Runner]] = {
+VARIANTS: dict[str, Callable[..., Runner]] = {
     "eager": eager_step, "partial": partial_step, "xla": xla_step, "jax_eager": jax_eager,
     "jax_jit_step": jax_jit_step, "jax_split": jax_split,
 }
+
+
+def variants_for(name: str) -> list[str]:
+    """The variants that apply to workload `name`: a dynamic head cannot be one jitted step."""
+    whole_step = ("xla", "jax_jit_step", "jax_eager")
+    return [v for v in VARIANTS if not (name == DYNAMIC and v in whole_step)]

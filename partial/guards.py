@@ -174,24 +174,36 @@ def describe_module_change(m: M.Module, old: tuple, new: tuple) -> str:
     return f"a {type(m).__name__} changed"
 
 
-def optimizer_signature(opt: optim.Optimizer, inputs: frozenset[tuple[int, str]]) -> tuple:
+def optimizer_signature(opt: optim.Optimizer, inputs: frozenset[tuple[int, str]],
+                        keys: tuple | None = None) -> tuple:
     """The structure of `opt`'s param groups: per group its size, the exact value of every
     setting the region baked in, and, for settings it reads as inputs (`inputs` holds their
     (group index, key)), only what selects a different computation (the zero-ness of the
-    optimizer's `structural_hypers`, e.g. SGD's momentum)."""
+    optimizer's `structural_hypers`, e.g. SGD's momentum).
+
+    `keys` (per group, from `optimizer_keys` at capture) limits it to the settings that existed
+    then: one added later (a scheduler's `initial_lr`) cannot have been read by the region."""
     structural = getattr(opt, "structural_hypers", ())
+    if keys is None:
+        keys = optimizer_keys(opt)
+    if len(keys) != len(opt.param_groups):
+        return ("groups", len(opt.param_groups))
     groups = []
-    for gi, g in enumerate(opt.param_groups):
+    for gi, (g, group_keys) in enumerate(zip(opt.param_groups, keys)):
         items = []
-        for k, v in g.items():
-            if k == "params":
-                continue
+        for k in group_keys:
+            v = g.get(k, "<missing>")
             if (gi, k) in inputs:
                 items.append((k, bool(v) if k in structural else _input_shape(v)))
             else:
                 items.append((k, _value_signature(v)))
         groups.append((len(g["params"]), tuple(items)))
     return tuple(groups)
+
+
+def optimizer_keys(opt: optim.Optimizer) -> tuple:
+    """The settings of each param group (all keys but "params")."""
+    return tuple(tuple(k for k in g if k != "params") for g in opt.param_groups)
 
 
 def _input_shape(v: Any) -> Any:

@@ -24,6 +24,7 @@ from .guards import (
     Call,
     describe_module_change,
     module_signature,
+    optimizer_keys,
     optimizer_signature,
     optimizer_state_signature,
 )
@@ -90,8 +91,11 @@ class Entry:
         self.grad_presence = program.grad_presence
         self.modules = [(ref, exclude, module_signature(ref(), exclude))
                         for ref, exclude in program.modules]
-        self.optimizers = [(ref, inputs, optimizer_signature(ref(), inputs), state)
-                           for ref, inputs, state in program.optimizers]
+        self.optimizers = []
+        for ref, inputs, state in program.optimizers:
+            keys = optimizer_keys(ref())
+            self.optimizers.append((ref, inputs, keys, optimizer_signature(ref(), inputs, keys),
+                                    state))
         # As of before the capture: the next call re-validates what the capture itself changed.
         self.epoch = program.epoch
         self.settle = program.settle
@@ -128,9 +132,9 @@ class Entry:
             if (owner.grad is not None) != had:
                 return f"the .grad of a tensor of shape {owner.shape} " \
                        f"{'is now None' if had else 'is now set'}"
-        for ref, inputs, sig, _ in self.optimizers:
+        for ref, inputs, keys, sig, _ in self.optimizers:
             opt = ref()
-            if opt is None or optimizer_signature(opt, inputs) != sig:
+            if opt is None or optimizer_signature(opt, inputs, keys) != sig:
                 return "an optimizer's param groups changed (a setting the region bakes in, " \
                        "a structural choice such as momentum on/off, or the groups)"
         return None
@@ -153,7 +157,7 @@ class Entry:
             new = module_signature(m, exclude)
             if new != sig:
                 return describe_module_change(m, sig, new)
-        for ref, _, _, state_sig in self.optimizers:
+        for ref, _, _, _, state_sig in self.optimizers:
             opt = ref()
             if opt is None or optimizer_state_signature(opt) != state_sig:
                 return "an optimizer's state tensors changed (parameters or state were added)"

@@ -142,6 +142,22 @@ def test_learning_rate_schedules_do_not_recompile():
     assert update.cache_info().captures == 1 and update.cache_info().hits == 3
 
 
+def test_a_scheduler_created_after_the_first_call_does_not_recompile():
+    net = M.Linear(2, 1)
+    opt = optim.SGD(net.parameters(), lr=0.1)
+    update = partial_trace(lambda: opt.step())
+    net.weight.grad, net.bias.grad = eg.ones((1, 2)), eg.ones(1)
+    update()
+    optim.lr_scheduler.StepLR(opt, step_size=1)  # adds "initial_lr" to the param group
+    update()
+    opt.param_groups[0]["nesterov"] = False  # an existing setting the region baked in
+    update()
+    assert update.cache_info().captures == 1
+    opt.param_groups[0]["weight_decay"] = 0.0  # read as an input: no recompilation
+    update()
+    assert update.cache_info().captures == 1
+
+
 def test_grad_presence_is_a_guard():
     w = eg.Parameter([1.0, 2.0])
     f = partial_trace(lambda: w * 2 if w.grad is None else w.grad * 3)

@@ -1,0 +1,27 @@
+"""Every Python example in the README and in docs/ runs. The blocks of one file run in order
+in one namespace, so a page can build its example up step by step."""
+
+import linecache
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def blocks(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_example_on_the_page_runs(page, capsys):
+    code = blocks(page)
+    assert code, f"{page.name} has no Python example"
+    namespace: dict = {"__name__": f"docs_{page.stem}"}
+    for i, block in enumerate(code):
+        filename = f"{page.name} example {i + 1}"
+        # as if the block were a file, so error messages can quote its lines
+        linecache.cache[filename] = (len(block), None, block.splitlines(True), filename)
+        exec(compile(block, filename, "exec"), namespace)
