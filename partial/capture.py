@@ -40,13 +40,12 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
-from .guards import Call, optimizer_state_signature
+from .guards import STATIC_TYPES, Call, optimizer_state_signature
 from .source import describe_location, user_location
 
 hooks = eg.hooks
 _data = hooks.data
 _Tensor, _Module = eg.Tensor, M.Module
-_STATIC = (bool, int, float, complex, str, bytes, type(None))
 
 # Where an input's value comes from at call time (beyond the Tensor arguments).
 REF, GRAD, HYPER = "ref", "grad", "hyper"
@@ -76,7 +75,6 @@ class Program:
     state_ids: frozenset  # ids of module/optimizer state tensors reachable at capture
     settle: list = field(default_factory=list)  # (weakref, result): capture-time result objects
     seconds: float = 0.0
-    ops: int = 0
     epoch: int = 0  # eager.hooks.epoch before the capture ran
 
     def function(self) -> Callable[..., list]:
@@ -131,7 +129,6 @@ class Capture(hooks.CaptureHooks):
         self.optimizer_states: dict[int, tuple] = {}  # state structure when first seen
         self.keep: list = []  # arrays whose ids identify inputs: kept alive while capturing
         self.marked: list = []  # inputs made differentiable leaves (partial_trace)
-        self.ops = 0
 
     # ----- classification of tensors -----------------------------------------------------
     def _save(self, t: Any) -> None:
@@ -181,7 +178,6 @@ class Capture(hooks.CaptureHooks):
     def read(self, t: Any) -> Any:
         if id(t) not in self.seen:
             self._lift(t, (REF, weakref.ref(t)))
-        self.ops += 1
         return _data(t)
 
     def rebind(self, t: Any, value: Any) -> None:
@@ -345,7 +341,7 @@ class Capture(hooks.CaptureHooks):
                 self.out_leaves.append(self._describe(leaf))
             elif isinstance(leaf, (_Module, eg.optimizer.Optimizer)):
                 self.out_leaves.append((REF, weakref.ref(leaf)))  # e.g. `return opt.step()`
-            elif isinstance(leaf, (*_STATIC, np.generic)):
+            elif isinstance(leaf, (*STATIC_TYPES, np.generic)):
                 self.out_leaves.append((CONST, leaf))
             else:
                 raise UnsupportedOutputError(
@@ -456,7 +452,6 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
         hooks.set_tape_state(saved_tape)
         cap.restore(failed)
     program.seconds = time.perf_counter() - start
-    program.ops = cap.ops
     program.epoch = epoch
     return program
 

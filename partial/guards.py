@@ -24,7 +24,7 @@ import eager.optimizer as optim
 
 from .errors import UnsupportedArgumentError
 
-_STATIC = (bool, int, float, complex, str, bytes, type(None))
+STATIC_TYPES = (bool, int, float, complex, str, bytes, type(None))  # plain values: keyed by value
 _Tensor, _Module, _Optimizer = eg.Tensor, M.Module, optim.Optimizer
 _read = eg.read
 
@@ -87,7 +87,7 @@ def flatten_call(args: tuple, kwargs: dict) -> Call:
         elif isinstance(x, (_Module, _Optimizer)):
             objects.append(x)
             spec.append((type(x), id(x)))
-        elif isinstance(x, _STATIC):
+        elif isinstance(x, STATIC_TYPES):
             spec.append((type(x), x))
         elif isinstance(x, np.generic):
             spec.append((type(x), x.item()))
@@ -147,7 +147,7 @@ def format_path(path: tuple, names: list[str] | None = None) -> str:
 
 # ----- module and optimizer signatures ------------------------------------------------------
 def _value_signature(v: Any) -> Any:
-    if isinstance(v, _STATIC):
+    if isinstance(v, STATIC_TYPES):
         return v
     if isinstance(v, (list, tuple)):
         return tuple(_value_signature(e) for e in v)

@@ -39,10 +39,10 @@ def describe_location(where: tuple[str, int, str] | None) -> str:
         return "an unknown line"
     filename, lineno, line = where
     code = f": `{line}`" if line else ""
-    return f"{_short(filename)}, line {lineno}{code}"
+    return f"{short_path(filename)}, line {lineno}{code}"
 
 
-def _short(filename: str) -> str:
+def short_path(filename: str) -> str:
     """`filename` relative to the working directory when it lies below it."""
     try:
         rel = os.path.relpath(filename)

@@ -25,7 +25,7 @@ from .capture import capture
 from .errors import UnsupportedInRegionError
 from .guards import describe_change, flatten_call
 from .program import MISS, Entry, refuse_outer_gradients
-from .source import _short, describe_location, user_location
+from .source import describe_location, short_path, user_location
 
 logger = logging.getLogger("partial")
 hooks = eg.hooks
@@ -104,7 +104,7 @@ class TracedFunction:
             why = describe_change(self._fn, last.key, call.key, args, kwargs) if last else \
                 "no compiled entry was cached (cache_clear() or cache_size)"
         code = getattr(self._fn, "__code__", None)
-        where = f" ({_short(code.co_filename)}:{code.co_firstlineno})" if code else ""
+        where = f" ({short_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
         logger.warning(
             "%s: `%s`%s is being captured and compiled for the %d. time (recompile_limit=%d): "
             "%s. Every new argument shape, dtype or plain Python value, and every change of "
