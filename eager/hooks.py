@@ -3,8 +3,8 @@ the small tape surface it uses to make a compiled segment one node of the eager 
 
 Eager code calls the hooks at its few choke points: every read of a tensor's storage by an op,
 every rebind of a tensor's storage (`x[i] = v`, optimizer updates, BatchNorm statistics, the RNG
-key), every value read (`.numpy()`, `.item()`, `bool()`), every tensor creation, module call,
-module attribute assignment, `.grad` read and write, optimizer hyper-parameter read, custom
+key), every value read (`.numpy()`, `.item()`, `bool()`), every tensor creation, module creation and
+call, module attribute assignment, `.grad` read and write, optimizer hyper-parameter read, custom
 `Function` call and `GradManager.backward`. With no capture active (`active is None`) each costs
 one global lookup.
 
@@ -24,7 +24,19 @@ from typing import Any
 
 
 class CaptureHooks:
-    """The interface a capture implements; the defaults here are what eager does without one."""
+    """The interface a capture implements; the defaults here are what eager does without one.
+
+    A capture that sets `defers` receives every op call through `defer` instead of the
+    dispatcher running it: a lazy capture records the op and returns placeholder outputs.
+    """
+
+    defers = False
+
+    def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
+        """With `defers` set: return the Tensor (or tuple of Tensors, for multi-output ops)
+        that `op` with static attributes `attrs` (a tuple of (name, value)) would return for
+        `inputs`, without the dispatcher computing it."""
+        raise NotImplementedError
 
     def read(self, tensor: Any) -> Any:
         """Return the array an op should use for `tensor` (a tracer, during capture)."""
@@ -41,6 +53,9 @@ class CaptureHooks:
 
     def module_call(self, module: Any) -> None:
         """Called when a Module is called."""
+
+    def module_created(self, module: Any) -> None:
+        """Called when a Module is constructed (before its attributes are set)."""
 
     def module_setattr(self, module: Any, name: str, old: Any, value: Any) -> None:
         """Called before `module.name = value` replaces `old`; may raise."""
@@ -74,8 +89,9 @@ epoch = 0
 
 
 @contextlib.contextmanager
-def capturing(hooks: CaptureHooks) -> Iterator[CaptureHooks]:
-    """Install `hooks` for the duration of the block (nesting restores the outer hooks)."""
+def capturing(hooks: CaptureHooks | None) -> Iterator[CaptureHooks | None]:
+    """Install `hooks` for the duration of the block (nesting restores the outer hooks);
+    `None` runs the block plainly eagerly, e.g. a block a capture excludes."""
     global active
     outer, active = active, hooks
     try:
@@ -119,6 +135,12 @@ def make_node(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
                       [(o._data.shape, o._data.dtype) for o in outputs])
     for i, o in enumerate(outputs):
         o._node, o._out_idx = node, i
+
+
+def set_history(tensor: Any, node: Any, out_idx: int = 0) -> None:
+    """Give `tensor` the gradient history `(node, out_idx)` without telling any capture (a
+    capture's own bookkeeping, like `set_data`)."""
+    tensor._node, tensor._out_idx = node, out_idx
 
 
 def history(tensor: Any) -> tuple[Any, int]:

@@ -147,7 +147,7 @@ class Tensor:
         return (self[i] for i in range(len(self)))
 
     def __repr__(self) -> str:
-        if isinstance(self._data, jax.core.Tracer):
+        if isinstance(self._data, jax.core.Tracer) or not isinstance(self._data, jax.Array):
             return f"Tensor(<traced>, shape={self.shape}, dtype={self.dtype})"
         body = np.array2string(np.asarray(self._data), separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype}, device={self.device})"
@@ -313,8 +313,10 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     Returns a Tensor, or a tuple of Tensors for multi-output ops.
     """
     key = tuple(attrs.items()) if attrs else ()
-    fn = op._fwd.get(key) or op.jitted(key)
     h = hooks.active
+    if h is not None and h.defers:
+        return h.defer(op, key, inputs)
+    fn = op._fwd.get(key) or op.jitted(key)
     record = op.differentiable and tape.STATE.recording and not tape.STATE.paused
     arrays = []
     mask: list[int] = []

@@ -1,10 +1,14 @@
 """The per-function cache of compiled entries: keyed by the call's guard key, bounded (least
-recently used entries are dropped first), and counted for `cache_info()`."""
+recently used entries are dropped first), and counted for `cache_info()`.
+
+A region with graph breaks caches pieces instead (one per distinct op sequence between breaks,
+keyed by that sequence); they share the bound and the counts."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from .guards import Call
 from .program import Entry
@@ -20,6 +24,14 @@ class CacheInfo:
         entries: guard keys (compiled specializations) held now.
         compile_seconds: time spent capturing and compiling, in total.
         maxsize: the most entries kept (least recently used dropped first).
+        segments: compiled segments the last call ran (1 for a region without breaks).
+        breaks: why the last call's region broke, one line per break ("exclude_from_trace()
+            at file.py:12"); empty for a region without breaks.
+        ops: ops the last call recorded lazily (0 for a region without breaks, whose Python
+            does not run on cached calls).
+
+    In a region with graph breaks each distinct op sequence between two breaks is an entry:
+    `captures` counts the sequences compiled and `hits` the segments served from the cache.
     """
 
     captures: int
@@ -27,6 +39,9 @@ class CacheInfo:
     entries: int
     compile_seconds: float
     maxsize: int
+    segments: int = 0
+    breaks: tuple[str, ...] = ()
+    ops: int = 0
 
 
 class Cache:
@@ -41,6 +56,7 @@ class Cache:
         self.dropped_seconds = 0.0
         self.reasons: list[str] = []
         self.recent: Entry | None = None  # the most recently used entry
+        self.pieces: OrderedDict[tuple, Any] = OrderedDict()  # op sequence -> lazy.Piece
 
     def lookup(self, call: Call) -> Entry | None:
         """The entry that serves `call`, or None (`self.reasons` then says why each entry of
@@ -67,8 +83,26 @@ class Cache:
         self.by_key.setdefault(entry.key, []).append(entry)
         self.lru[entry] = None
         self.recent = entry
-        while len(self.lru) > self.maxsize:
-            self.remove(next(iter(self.lru)))
+        self._bound()
+
+    def piece(self, key: tuple) -> Any:
+        """The compiled piece of a region with breaks for op sequence `key`, or None."""
+        piece = self.pieces.get(key)
+        if piece is not None:
+            self.pieces.move_to_end(key)
+        return piece
+
+    def add_piece(self, key: tuple, piece: Any) -> None:
+        self.captures += 1
+        self.pieces[key] = piece
+        self._bound()
+
+    def _bound(self) -> None:
+        while len(self.lru) + len(self.pieces) > self.maxsize:
+            if self.pieces:
+                self.dropped_seconds += self.pieces.popitem(last=False)[1].seconds
+            else:
+                self.remove(next(iter(self.lru)))
 
     def remove(self, entry: Entry) -> None:
         if self.lru.pop(entry, 0) is None:
@@ -83,7 +117,11 @@ class Cache:
     def clear(self) -> None:
         for entry in list(self.lru):
             self.remove(entry)
+        while self.pieces:
+            self.dropped_seconds += self.pieces.popitem()[1].seconds
 
-    def info(self) -> CacheInfo:
-        seconds = self.dropped_seconds + sum(e.seconds for e in self.lru)
-        return CacheInfo(self.captures, self.hits, len(self.lru), seconds, self.maxsize)
+    def info(self, segments: int = 0, breaks: tuple[str, ...] = (), ops: int = 0) -> CacheInfo:
+        seconds = (self.dropped_seconds + sum(e.seconds for e in self.lru)
+                   + sum(p.seconds for p in self.pieces.values()))
+        return CacheInfo(self.captures, self.hits, len(self.lru) + len(self.pieces), seconds,
+                         self.maxsize, segments, breaks, ops)

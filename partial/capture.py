@@ -54,6 +54,16 @@ ARG, RESULT, CONST = "arg", "result", "const"
 GRAD_DATA, ATTR = "grad data", "attr"
 
 
+class BreakFound(BaseException):
+    """Raised inside a capture at the region's first break (an `exclude_from_trace()` block,
+    or a value read under `graph_breaks=True`): the region must re-run its Python on every
+    call instead. A BaseException, so user code catching Exception does not swallow it."""
+
+    def __init__(self, what: str, where: Any):
+        super().__init__(what)
+        self.what, self.where = what, where
+
+
 @dataclass
 class Program:
     """A captured region: the jaxpr and how to feed it and use what it returns."""
@@ -105,9 +115,10 @@ def _invalidate(t: Any, where: str) -> None:
 class Capture(hooks.CaptureHooks):
     """The hooks installed while a region runs once under `jax.make_jaxpr`."""
 
-    def __init__(self, kind: str, differentiable: bool):
+    def __init__(self, kind: str, differentiable: bool, graph_breaks: bool = False):
         self.kind = kind  # "partial_trace" or "xla_trace", for messages
         self.differentiable = differentiable
+        self.graph_breaks = graph_breaks
         self.n_args = 0
         self.arg_index: dict[int, int] = {}  # id(tensor) -> argument position
         self.inputs: list = []  # extra inputs: (source, array)
@@ -123,6 +134,7 @@ class Capture(hooks.CaptureHooks):
         self.setattrs: dict[tuple[int, str], tuple] = {}  # (id, name) -> (module, name, old)
         self.attr_outputs: dict[tuple[int, str], tuple] = {}  # tensor-valued attribute writes
         self.modules: dict[int, Any] = {}
+        self.new_modules: dict[int, weakref.ref] = {}  # modules constructed in the region
         self.optimizers: dict[int, Any] = {}
         self.hyper_values: dict[tuple, Any] = {}
         self.hyper_inputs: dict[int, set] = {}
@@ -198,17 +210,35 @@ class Capture(hooks.CaptureHooks):
         if id(t) in self.made and not isinstance(a, jax.core.Tracer) \
                 and id(a) not in self.input_of_array:
             return  # a constant made inside the region (not a view of an input): known now
+        if self.graph_breaks:
+            raise BreakFound(what, user_location())
         where = describe_location(user_location())
         raise ValueReadError(
             f"{where}: {what} reads the value of a tensor inside a {self.kind} region, where "
             "tensors stand for values computed later by the compiled code. Move the read out "
-            "of the region (return the tensor and read it after the call), or, for a "
-            "data-dependent choice, compute both sides and pick with F.where(cond, a, b).")
+            "of the region (return the tensor and read it after the call), read it inside "
+            "`with exclude_from_trace():`, pass graph_breaks=True to split the region there, "
+            "or, for a data-dependent choice, compute both sides and pick with "
+            "F.where(cond, a, b).")
+
+    def break_here(self, what: str, where: Any) -> None:
+        """The region asks for a break (`exclude_from_trace()`): stop capturing."""
+        raise BreakFound(what, where)
 
     def module_call(self, module: Any) -> None:
-        self.modules[id(module)] = module
+        if not self._is_new(module):  # a module made by the region is made again each run
+            self.modules[id(module)] = module
+
+    def module_created(self, module: Any) -> None:
+        self.new_modules[id(module)] = weakref.ref(module)
+
+    def _is_new(self, module: Any) -> bool:
+        ref = self.new_modules.get(id(module))
+        return ref is not None and ref() is module
 
     def module_setattr(self, module: Any, name: str, old: Any, value: Any) -> None:
+        if self._is_new(module):
+            return  # building a module (e.g. slicing a Sequential) changes no model
         if isinstance(old, _Module) or isinstance(value, _Module):
             raise self._rebind_error(module, name, "a sub-module", "outside the region")
         if isinstance(old, _Tensor) and not self.is_created(old) and (
@@ -408,7 +438,8 @@ class Capture(hooks.CaptureHooks):
         for holder in (self.saved, self.inputs, self.input_of_tensor, self.input_of_array,
                        self.source_of, self.made, self.mutated, self.grad_slots,
                        self.grads_written, self.setattrs, self.attr_outputs, self.modules,
-                       self.optimizers, self.hyper_values, self.keep, self.marked):
+                       self.new_modules, self.optimizers, self.hyper_values, self.keep,
+                       self.marked):
             holder.clear()
         self.results = self.result_tensors = self.settle = []
 
@@ -417,15 +448,16 @@ _MISSING = object()
 
 
 def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
-            differentiable: bool, capture_as_const: bool) -> Program:
+            differentiable: bool, capture_as_const: bool, graph_breaks: bool = False) -> Program:
     """Run `fn(*args, **kwargs)` once under `jax.make_jaxpr` and describe it as a `Program`.
 
     `call` is the flattened arguments (`guards.flatten_call`). The tensors, modules, optimizers,
-    `.grad` slots and the RNG state are exactly as before when this returns or raises.
+    `.grad` slots and the RNG state are exactly as before when this returns or raises. Raises
+    `BreakFound` at the region's first break.
     """
     start = time.perf_counter()
     eg.random.get_state()  # the key must exist before the region so it is an input, not baked
-    cap = Capture(kind, differentiable)
+    cap = Capture(kind, differentiable, graph_breaks)
     for o in call.objects:
         if isinstance(o, eg.optimizer.Optimizer):
             cap.see_optimizer(o)

@@ -54,7 +54,7 @@ def _placement_matters() -> bool:
     return _placed
 
 
-def _tensor_spec(a: Any) -> Any:
+def tensor_spec(a: Any) -> Any:
     """What the key records of a tensor argument's array: its abstract value (shape, dtype,
     weak type) and, where tensors can live on different devices, its placement."""
     return (a.aval, a.sharding) if _placement_matters() else a.aval
@@ -83,7 +83,7 @@ def flatten_call(args: tuple, kwargs: dict) -> Call:
             a = _read(x)
             tensors.append(x)
             arrays.append(a)
-            spec.append(_tensor_spec(a))
+            spec.append(tensor_spec(a))
         elif isinstance(x, (_Module, _Optimizer)):
             objects.append(x)
             spec.append((type(x), id(x)))
@@ -111,7 +111,7 @@ def _positional_tensors(args: tuple) -> Call:
     arrays = [_read(a) for a in args]
     tensors = list(args)
     if _placement_matters():
-        spec = tuple([_tensor_spec(a) for a in arrays])
+        spec = tuple([tensor_spec(a) for a in arrays])
     else:
         spec = (arrays[0].aval,) if len(arrays) == 1 else tuple([a.aval for a in arrays])
     return Call((treedef, spec), tensors, treedef, tensors, arrays, [])

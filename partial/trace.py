@@ -1,11 +1,16 @@
 """The decorators: `partial_trace` (a region as one compiled forward and backward segment inside
-eager training) and `exclude_from_trace`.
+eager training), `xla_trace` (a whole step) and `exclude_from_trace`.
 
 A decorated function keeps a cache of compiled entries. A call flattens its arguments into a
 guard key, finds the entry captured for that key whose other guards still hold, and runs it;
 otherwise it captures the function anew (running its Python once, so Python side effects such as
 `print` happen only then), compiles it and caches it. Past `recompile_limit` captures a warning
 says what changed.
+
+A capture that meets a break (an `exclude_from_trace()` block, or a value read under
+`graph_breaks=True`) is abandoned, and from then on the function runs its Python on every call
+with ops recorded lazily, each stretch between breaks running as a cached compiled segment
+(`lazy.py`).
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import eager as eg
 from xla_segments import Segment
 
 from .cache import Cache, CacheInfo
-from .capture import capture
+from .capture import BreakFound, capture
 from .errors import UnsupportedInRegionError
 from .guards import describe_change, flatten_call
+from .lazy import Breaks
 from .program import MISS, Entry, refuse_outer_gradients
 from .source import describe_location, short_path, user_location
 
@@ -39,7 +45,7 @@ class TracedFunction:
 
     def __init__(self, fn: Callable, *, kind: str, differentiable: bool,
                  capture_as_const: bool, recompile_limit: int, cache_size: int,
-                 donate: bool = False):
+                 donate: bool = False, graph_breaks: bool = False):
         ft.update_wrapper(self, fn, updated=())  # name and docs; never a Module's state
         self._fn = fn
         self._kind = kind
@@ -47,7 +53,10 @@ class TracedFunction:
         self._capture_as_const = capture_as_const
         self._recompile_limit = recompile_limit
         self._donate = donate
+        self._graph_breaks = graph_breaks
         self._cache = Cache(cache_size)
+        self._breaks: Breaks | None = None  # set once a capture met a break
+        self._called = False
 
     def __repr__(self) -> str:
         return f"<{self._kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
@@ -58,6 +67,9 @@ class TracedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if hooks.active is not None:  # inside another region's capture: become part of it
             return self._fn(*args, **kwargs)
+        self._called = True
+        if self._breaks is not None:
+            return self._run_with_breaks(args, kwargs)
         call = flatten_call(args, kwargs)
         cache = self._cache
         entry = cache.lookup(call)
@@ -77,9 +89,19 @@ class TracedFunction:
             refuse_outer_gradients(call.tensors)
         if cache.captures >= self._recompile_limit:
             self._warn_recompile(call, args, kwargs, reasons)
-        program = capture(self._fn, args, kwargs, call, kind=self._kind,
-                          differentiable=self._differentiable,
-                          capture_as_const=self._capture_as_const)
+        try:
+            program = capture(self._fn, args, kwargs, call, kind=self._kind,
+                              differentiable=self._differentiable,
+                              capture_as_const=self._capture_as_const,
+                              graph_breaks=self._graph_breaks)
+        except BreakFound as found:
+            self._breaks = Breaks(self._name(), self._kind, cache, self._recompile_limit,
+                                  self._graph_breaks, self._differentiable)
+            self._breaks.first_break = f"{found.what} at {describe_location(found.where)}"
+            logger.info("%s: `%s` breaks at %s: it now runs its Python on every call, "
+                        "compiling the stretches between breaks", self._kind, self._name(),
+                        self._breaks.first_break)
+            return self._run_with_breaks(args, kwargs)
         entry = Entry(call.key, program, call, self._name(),
                       differentiable=self._differentiable, donate=self._donate)
         cache.captures += 1
@@ -92,6 +114,11 @@ class TracedFunction:
         if out is MISS:  # the arguments were read just now: only a bug gets here
             raise RuntimeError(f"{self._kind}: a freshly compiled entry refused its own call")
         return out
+
+    def _run_with_breaks(self, args: tuple, kwargs: dict) -> Any:
+        if not self._differentiable and hooks.is_recording():
+            refuse_outer_gradients(flatten_call(args, kwargs).tensors)
+        return self._breaks.run(self._fn, args, kwargs)
 
     def _name(self) -> str:
         return getattr(self._fn, "__name__", type(self._fn).__name__).strip("<>") or "region"
@@ -115,12 +142,16 @@ class TracedFunction:
     def segments(self) -> list[Segment]:
         """The compiled segments of the cached entries, least recently used first (each can
         report its executables' cost, memory and HLO)."""
-        return [e.segment for e in self._cache.lru]
+        return [e.segment for e in self._cache.lru] + [
+            p.segment for p in self._cache.pieces.values()]
 
     def flat_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The arrays a call with these arguments passes to its compiled segment, in order:
         the Tensor arguments, then every tensor, `.grad` and hyper-parameter the region reads.
         Raises LookupError when no cached entry serves these arguments yet."""
+        if self._breaks is not None:
+            raise LookupError(f"{self._kind} `{self._name()}` has graph breaks: each call "
+                              "runs several segments, whose inputs depend on the call")
         call = flatten_call(args, kwargs)
         entry = self._cache.lookup(call)
         inputs = None if entry is None else entry.inputs(call)
@@ -130,16 +161,76 @@ class TracedFunction:
         return inputs[0]
 
     def cache_info(self) -> CacheInfo:
-        """Captures, hits, entries held and compile seconds of this function's cache."""
-        return self._cache.info()
+        """Captures, hits, entries held and compile seconds of this function's cache, and the
+        segments and breaks of the last call."""
+        if self._breaks is None:
+            return self._cache.info(int(self._called))
+        last = self._breaks.last
+        return self._cache.info(sum(1 for n, *_ in last if n),
+                                tuple(_describe_break(why, where) for _, why, where, _ in last
+                                      if where is not None or why != "end of the region"),
+                                sum(n for n, *_ in last))
+
+    def explain(self) -> str:
+        """How the last call ran, in words: one compiled region, or the segments it ran and
+        why each break happened (file and line).
+
+        >>> import eager as eg
+        >>> @partial_trace
+        ... def f(x):
+        ...     y = x * 2
+        ...     with exclude_from_trace():
+        ...         scale = 1.0 if y.sum().item() > 0 else -1.0
+        ...     return y * scale
+        >>> f(eg.ones(3)).numpy().tolist()
+        [2.0, 2.0, 2.0]
+        >>> print(f.explain())  # doctest: +ELLIPSIS
+        partial_trace `f` re-runs its Python on every call: it breaks (first at ...)
+        the last call ran 2 segments:
+          1. 1 op (compiled), then exclude_from_trace() at ...
+          2. 1 op (compiled), then the end of the region
+        cache: 2 captures, 0 hits, 2 entries, ... s compiling
+        """
+        info = self._cache.info()
+        head = f"{self._kind} `{self._name()}`"
+        lines = []
+        if self._breaks is None:
+            lines.append(f"{head} has not been called yet" if not self._called else
+                         f"{head} runs one compiled segment per call, without graph breaks; "
+                         "its Python runs only when it is captured")
+        else:
+            last = self._breaks.last
+            lines.append(f"{head} re-runs its Python on every call: it breaks (first at "
+                         f"{self._breaks.first_break})")
+            ran = sum(1 for n, *_ in last if n)
+            lines.append(f"the last call ran {ran} segment{'s' * (ran != 1)}:")
+            k = 0
+            for n, why, where, how in last:
+                then = "the " + why if where is None else _describe_break(why, where)
+                if n:
+                    k += 1
+                    lines.append(f"  {k}. {n} op{'s' * (n != 1)} ({how}), then {then}")
+                else:
+                    lines.append(f"     no ops, then {then}")
+        lines.append(f"cache: {info.captures} captures, {info.hits} hits, {info.entries} "
+                     f"entries, {info.compile_seconds:.2f} s compiling")
+        return "\n".join(lines)
 
     def cache_clear(self) -> None:
-        """Drop every compiled entry (e.g. after rebinding a global the region reads)."""
+        """Drop every compiled entry (e.g. after rebinding a global the region reads); a
+        region that had graph breaks is captured whole again on its next call."""
         self._cache.clear()
+        self._breaks = None
+
+
+def _describe_break(why: str, where: Any) -> str:
+    if where is None:
+        return why
+    return f"{why} at {short_path(where[0])}:{where[1]}"
 
 
 def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const: bool,
-          options: dict[str, Any], donate: bool = False) -> Any:
+          options: dict[str, Any], donate: bool = False, graph_breaks: bool = False) -> Any:
     unknown = set(options) - set(_OPTIONS)
     if unknown:
         raise TypeError(f"{kind}() got unknown option(s) {sorted(unknown)}; "
@@ -150,7 +241,8 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
         if not callable(f):
             raise TypeError(f"{kind} decorates a function, got {type(f).__name__}")
         return TracedFunction(f, kind=kind, differentiable=differentiable,
-                              capture_as_const=capture_as_const, donate=donate, **settings)
+                              capture_as_const=capture_as_const, donate=donate,
+                              graph_breaks=graph_breaks, **settings)
 
     return decorate if fn is None else decorate(fn)
 
@@ -171,6 +263,15 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
     key), like `jax.jit`: Python side effects happen then, and reading a tensor's value inside
     raises `TraceError`.
 
+    Graph breaks. A `with exclude_from_trace():` block inside the region runs eagerly on every
+    call, with real values; with `graph_breaks=True` a value read (`.item()`, `.numpy()`,
+    `bool()`, `if t > 0:`) is a break point too instead of an error. A region that breaks
+    re-runs its Python on every call (the first call captures up to the first break, then
+    runs again this way): ops are recorded without computing, and each stretch between
+    breaks runs as a compiled segment (one tape node under a recording GradManager), compiled
+    once per distinct op sequence. `explain()` and `cache_info()` report the segments and
+    where the breaks were.
+
     Args:
         fn: the function (any nesting of Tensors, Modules, Optimizers and plain values in and
             out).
@@ -178,7 +279,7 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
         capture_as_const: bake closed-over tensors that are not reachable from Module or
             Optimizer arguments, and that the region does not rebind, into the program as
             constants instead of reading them at every call.
-        graph_breaks: reserved for splitting a region at value reads (not available yet).
+        graph_breaks: split the region at value reads instead of raising `ValueReadError`.
         recompile_limit: captures after which a warning explains each new capture (default 8).
         cache_size: compiled entries kept, least recently used dropped first (default 64).
 
@@ -194,14 +295,12 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
     """
     if backend != "xla":
         raise ValueError(f"partial_trace: unknown backend {backend!r}; the backend is 'xla'")
-    if graph_breaks:
-        raise NotImplementedError("partial_trace(graph_breaks=True) is not available yet; "
-                                  "split the region where it reads a value instead")
-    return _make(fn, "partial_trace", True, capture_as_const, options)
+    return _make(fn, "partial_trace", True, capture_as_const, options,
+                 graph_breaks=bool(graph_breaks))
 
 
 def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
-              donate: bool = True, **options: Any) -> Any:
+              donate: bool = True, graph_breaks: bool = False, **options: Any) -> Any:
     """Compile a whole training step (forward, `gm.backward`, `opt.step()`) into one XLA
     executable that updates the model and optimizer in place.
 
@@ -220,6 +319,11 @@ def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
     `partial_trace`. A step is not differentiable from outside: calling it while a GradManager
     records with one of its inputs attached raises `TraceError`.
 
+    A step with an `exclude_from_trace()` block (or, with `graph_breaks=True`, a value read)
+    runs as `partial_trace` regions with breaks do: its Python re-runs on every call and the
+    stretches between breaks run as compiled segments, `gm.backward` running eagerly over
+    their tape nodes. Nothing is donated then.
+
     >>> import eager as eg, eager.module as M, eager.optimizer as optim
     >>> from eager.autodiff import GradManager
     >>> net = M.Linear(3, 1)
@@ -236,16 +340,42 @@ def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
     >>> losses[2] < losses[0]
     True
     """
-    return _make(fn, "xla_trace", False, capture_as_const, options, donate=bool(donate))
+    return _make(fn, "xla_trace", False, capture_as_const, options, donate=bool(donate),
+                 graph_breaks=bool(graph_breaks))
 
 
 @contextlib.contextmanager
 def exclude_from_trace() -> Iterator[None]:
-    """Run a block eagerly. Outside a region it does nothing special; inside a traced region
-    running code eagerly on every call is not available yet and raises `TraceError`."""
-    if hooks.active is not None:
+    """Run a block eagerly, with real values, on every call, even inside a traced region.
+
+    Inside a `partial_trace` or `xla_trace` region the region is split at the block: what
+    comes before runs as one compiled segment, the block runs eagerly (prints, `.item()`,
+    appending to lists and data-dependent Python all work), and what follows continues as
+    further segments; tensors flow across, and so do gradients. Outside a region it does
+    nothing.
+
+    >>> import eager as eg
+    >>> seen = []
+    >>> @partial_trace
+    ... def f(x):
+    ...     y = x + 1
+    ...     with exclude_from_trace():
+    ...         seen.append(y.sum().item())
+    ...     return y * 2
+    >>> [f(eg.ones(2)).numpy().tolist() for _ in range(2)]
+    [[4.0, 4.0], [4.0, 4.0]]
+    >>> seen
+    [4.0, 4.0]
+    """
+    h = hooks.active
+    if h is None:
+        yield
+        return
+    stop = getattr(h, "break_here", None)
+    if stop is None:
         raise UnsupportedInRegionError(
-            f"{describe_location(user_location())}: exclude_from_trace() inside a traced region "
-            "is not supported yet. Move the block out of the region, splitting the function "
-            "into two traced functions around it.")
-    yield
+            f"{describe_location(user_location())}: exclude_from_trace() inside a capture "
+            "that cannot break; move the block out of it")
+    stop("exclude_from_trace()", user_location())
+    with hooks.capturing(None):
+        yield

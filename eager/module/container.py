@@ -33,7 +33,12 @@ class _Indexed(Module):
 
     def __getitem__(self, i: int | slice) -> Any:
         items = self._list()
-        return type(self)(items[i]) if isinstance(i, slice) else items[i]
+        return self._of(items[i]) if isinstance(i, slice) else items[i]
+
+    @classmethod
+    def _of(cls, modules: list[Module]) -> _Indexed:
+        """A container of the same kind holding `modules` (a slice)."""
+        return cls(modules)
 
     def __setitem__(self, i: int, module: Module) -> None:
         setattr(self, str(range(len(self))[i]), module)
@@ -57,6 +62,10 @@ class Sequential(_Indexed):
                 setattr(self, name, m)
         else:
             super().__init__(modules)
+
+    @classmethod
+    def _of(cls, modules: list[Module]) -> Sequential:
+        return cls(*modules)
 
     def _list(self) -> list[Module]:
         return [v for k, v in self.__dict__.items() if isinstance(v, Module)]

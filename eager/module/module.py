@@ -37,6 +37,8 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "structure_version", 0)
+        if hooks.active is not None:
+            hooks.active.module_created(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
         old = self.__dict__.get(name)

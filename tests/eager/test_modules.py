@@ -149,6 +149,15 @@ def test_sequential_from_ordered_dict_names_children_by_key():
     assert isinstance(seq[1], M.ReLU)
 
 
+def test_slicing_a_container_gives_one_of_the_same_kind_sharing_the_modules():
+    a, b, c = M.Linear(2, 3), M.ReLU(), M.Linear(3, 1)
+    head = M.Sequential(a, b, c)[:2]
+    assert isinstance(head, M.Sequential) and list(head) == [a, b]
+    assert head(eg.ones((4, 2))).shape == (4, 3)
+    rest = M.ModuleList([a, b, c])[1:]
+    assert isinstance(rest, M.ModuleList) and list(rest) == [b, c]
+
+
 def test_shared_parameter_and_module_listed_once():
     a, b = M.Linear(3, 3), M.Linear(3, 3)
     b.weight = a.weight

@@ -202,3 +202,17 @@ def test_decorators_are_independent():
     gc.collect()
     g(eg.ones(1))
     assert g.cache_info().captures == 1
+
+
+def test_modules_built_inside_a_region_are_not_model_changes_or_guards():
+    net = M.Sequential(M.Linear(3, 4), M.ReLU(), M.Linear(4, 2))
+
+    @partial_trace
+    def f(x):
+        return net[:2](x).sum() + net[2:](net[:2](x)).sum()  # slices: new Sequentials
+
+    x = eg.ones((2, 3))
+    want = net[:2](x).sum() + net(x).sum()
+    for _ in range(3):
+        np.testing.assert_allclose(f(x).numpy(), want.numpy(), rtol=1e-6)
+    assert (f.cache_info().captures, f.cache_info().hits) == (1, 2)

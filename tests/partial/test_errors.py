@@ -194,18 +194,9 @@ def test_tensors_made_inside_a_failed_capture_cannot_be_used_later():
         kept[0] + 1
 
 
-def test_exclude_from_trace_is_eager_outside_and_refused_inside_for_now():
+def test_exclude_from_trace_is_eager_outside_a_region():
     with exclude_from_trace():
         assert (eg.ones(1) + 1).item() == 2.0
-
-    @partial_trace
-    def f(x):
-        with exclude_from_trace():
-            print(x)
-        return x
-
-    with pytest.raises(UnsupportedInRegionError, match="exclude_from_trace"):
-        f(_x(2))
 
 
 def test_backward_and_custom_functions_inside_a_region_are_refused():

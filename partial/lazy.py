@@ -1,0 +1,430 @@
+"""Running a region with graph breaks: its Python runs on every call, ops are recorded lazily and
+each stretch between breaks runs as one cached compiled segment.
+
+How it works. `LazyRun` is installed as the capture hooks while the region's Python runs. An op
+call returns Tensors holding `Pending` placeholders (shape and dtype only) and appends a record
+to the current stretch: the op, its static attributes, where each input comes from (an earlier
+op of the stretch, or a concrete array, which becomes an input of the segment) and whether the
+eager tape would have recorded it. At a break (an `exclude_from_trace()` block, a value read
+under `graph_breaks=True`, `GradManager.backward` in an `xla_trace` step, the end of the region)
+the stretch is flushed: its outputs are the placeholders still held by live Tensors, the
+records, input shapes and outputs form the cache key, and the segment compiled for that key
+(once) runs through `autograd_bridge`, so under a recording GradManager it is one node of the
+eager tape. Every Tensor holding a placeholder then receives its value, and gradient history
+where the eager tape would have given it one.
+
+Gradients follow the eager tape exactly: an op's outputs carry a gradient only if a GradManager
+recorded while the op ran and one of its inputs was tracked; a Tensor that holds a placeholder
+without its history (`detach()`, `rebind` without a node) passes none.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import eager as eg
+from autograd_bridge import SegmentFunction
+from xla_segments import Segment
+
+from .capture import _invalidate
+from .errors import UnsupportedInRegionError, ValueReadError
+from .guards import tensor_spec
+from .source import describe_location, short_path, user_location
+
+logger = logging.getLogger("partial")
+hooks = eg.hooks
+_data, _history, _set_history, _wrap = hooks.data, hooks.history, hooks.set_history, hooks.wrap
+_is_recording, _needs_grad, _snapshot = hooks.is_recording, hooks.needs_grad, hooks.snapshot
+_Tensor = eg.Tensor
+_stop = jax.lax.stop_gradient
+
+# Where an op input comes from: a value computed earlier in the stretch, an input, nothing.
+VALUE, INPUT, NONE = 0, 1, 2
+_NO_INPUT = (NONE,)
+_SCALAR_AVALS = {t: jax.typeof(t(0)) for t in (bool, int, float, complex)}
+
+
+class Pending:
+    """The placeholder a lazily recorded op returns: the abstract value of an array that the
+    stretch's compiled segment computes at the next break."""
+
+    __slots__ = ("aval", "index", "__weakref__")
+
+    def __init__(self, aval: Any, index: int):
+        self.aval = aval
+        self.index = index
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: self.aval.ndim)
+    weak_type = property(lambda self: self.aval.weak_type)
+
+    def __repr__(self) -> str:
+        return (f"<pending {self.aval.str_short()}: the array of a tensor computed inside a "
+                "traced region, which gets its value at the next break>")
+
+    def _used_as_array(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueReadError(
+            f"{describe_location(user_location())}: the array of a tensor computed inside a "
+            "traced region was handed to jax or numpy directly; in a region with graph breaks "
+            "it gets its value only at the next break. Use the framework's ops on the Tensor, "
+            "or do this inside `with exclude_from_trace():`.")
+
+    __array__ = _used_as_array
+
+
+@dataclass
+class Piece:
+    """A compiled stretch: its segment, called through the bridge."""
+
+    function: SegmentFunction
+    wrt: tuple  # the inputs a gradient may flow to (tracked when recorded)
+    n_ops: int
+
+    @property
+    def segment(self) -> Segment:
+        return self.function.segment
+
+    @property
+    def seconds(self) -> float:
+        return self.segment.compile_seconds
+
+
+class Stretch:
+    """The ops recorded since the last break."""
+
+    __slots__ = ("records", "counts", "out_avals", "nondiff", "specs", "avals", "inputs", "parents",
+                 "slot_of", "holders", "site")
+
+    def __init__(self, site: str):
+        self.records: list = []  # (op, attrs, input descriptors, recorded)
+        self.counts: list = []  # per record: how many values it produced
+        self.out_avals: list = []  # per value
+        self.nondiff: list = []  # per value: carries no gradient even when recorded
+        self.specs: list = []  # per input: (guard spec, tracked)
+        self.avals: list = []  # per input
+        self.inputs: list = []  # per input: the array (or Python scalar)
+        self.parents: list = []  # per input: (tensor, node, out_idx) when tracked, else None
+        self.slot_of: dict = {}  # (id(tensor), id(array), tracked) -> input position
+        self.holders: list = []  # weak references to Tensors that got a placeholder
+        self.site = site  # where the stretch started, for messages and recompile counts
+
+
+class Breaks:
+    """Per traced function: what its regions with breaks compiled, and the last call's story."""
+
+    def __init__(self, name: str, kind: str, cache: Any, recompile_limit: int,
+                 graph_breaks: bool, differentiable: bool):
+        self.name, self.kind, self.cache = name, kind, cache
+        self.recompile_limit = recompile_limit
+        self.graph_breaks = graph_breaks
+        self.differentiable = differentiable
+        self.shapes: dict = {}  # (op, attrs, input avals) -> output avals
+        self.compiled_at: Counter = Counter()  # stretch start -> sequences compiled
+        self.last: list = []  # per stretch of the last call: (ops, why it ended, where, how)
+        self.first_break: str = ""
+
+    def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        """Call `fn` lazily; return what it returns, every tensor holding its value."""
+        run = LazyRun(self)
+        try:
+            with hooks.capturing(run):
+                out = fn(*args, **kwargs)
+                run.flush("end of the region", None)
+        except BaseException:
+            run.abandon()
+            raise
+        run.saved.clear()
+        self.last = run.report
+        return out
+
+    def output_avals(self, op: Any, attrs: tuple, avals: tuple) -> list:
+        key = (op, attrs, avals)
+        out = self.shapes.get(key)
+        if out is None:
+            structs = [None if a is None else jax.ShapeDtypeStruct(
+                a.shape, a.dtype, weak_type=a.weak_type) for a in avals]
+            result = jax.eval_shape(op.jitted(attrs), *structs)
+            leaves = result if op.multi_output else (result,)
+            out = self.shapes[key] = [jax.core.ShapedArray(r.shape, r.dtype,
+                                                           weak_type=r.weak_type)
+                                      for r in leaves]
+        return out
+
+    def piece(self, st: Stretch, outputs: tuple, ordinal: int) -> tuple[Piece, bool]:
+        """The compiled piece for the stretch `st` with `outputs`, and whether it was cached."""
+        cache = self.cache
+        key = (tuple(st.records), tuple(st.specs), outputs)
+        piece = cache.piece(key)
+        if piece is not None:
+            return piece, True
+        site = (ordinal, st.site)
+        self.compiled_at[site] += 1
+        if self.compiled_at[site] > self.recompile_limit:
+            logger.warning(
+                "%s: segment %d of `%s` (starting at %s) is being compiled for the %d. time "
+                "(recompile_limit=%d): the ops it records, their input shapes or dtypes, or the "
+                "tensors alive at its end differ from every cached one. Keep shapes fixed, or "
+                "raise recompile_limit.", self.kind, ordinal + 1, self.name, st.site,
+                self.compiled_at[site], self.recompile_limit)
+        piece = _compile(st, outputs, f"{self.name}_part{ordinal + 1}")
+        cache.add_piece(key, piece)
+        return piece, False
+
+
+class LazyRun(hooks.CaptureHooks):
+    """The hooks of one call of a region with graph breaks."""
+
+    defers = True
+
+    def __init__(self, breaks: Breaks):
+        self.breaks = breaks
+        self.stretch = Stretch("the start of the region")
+        self.constants: dict[int, weakref.ref] = {}  # tensors created with a concrete value
+        self.saved: dict = {}  # id -> (tensor, snapshot before the call) of rebound tensors
+        self.report: list = []
+
+    # ----- recording ---------------------------------------------------------------------
+    def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
+        st = self.stretch
+        recording = op.differentiable and _is_recording()
+        descs: list = []
+        avals: list = []
+        tracked = False
+        for x in inputs:
+            if isinstance(x, _Tensor):
+                a = _data(x)
+                if type(a) is Pending:
+                    attached = _history(x)[0] is a
+                    descs.append((VALUE, a.index, attached))
+                    avals.append(a.aval)
+                    tracked = tracked or attached
+                else:
+                    slot, needs = self._tensor_input(st, x, a)
+                    descs.append((INPUT, slot))
+                    avals.append(st.avals[slot])
+                    tracked = tracked or needs
+            elif x is None:
+                descs.append(_NO_INPUT)
+                avals.append(None)
+            else:
+                slot = self._array_input(st, x)
+                descs.append((INPUT, slot))
+                avals.append(st.avals[slot])
+        recorded = recording and tracked
+        out_avals = self.breaks.output_avals(op, attrs, tuple(avals))
+        st.records.append((op, attrs, tuple(descs), recorded))
+        st.counts.append(len(out_avals))
+        nondiff = op.nondiff_outputs
+        outs = []
+        for i, aval in enumerate(out_avals):
+            p = Pending(aval, len(st.out_avals))
+            st.out_avals.append(aval)
+            diff = recorded and i not in nondiff and aval.dtype.kind in "fc"
+            st.nondiff.append(not diff)
+            t = _wrap(p)
+            if diff:
+                _set_history(t, p, 0)
+            outs.append(t)
+        return tuple(outs) if op.multi_output else outs[0]
+
+    @staticmethod
+    def _tensor_input(st: Stretch, t: Any, a: Any) -> tuple[int, bool]:
+        needs = _needs_grad(t)
+        key = (id(t), id(a), needs)
+        slot = st.slot_of.get(key)
+        if slot is None:
+            slot = st.slot_of[key] = len(st.inputs)
+            st.specs.append((tensor_spec(a), needs))
+            st.avals.append(a.aval)
+            st.inputs.append(a)
+            st.parents.append((t, *_history(t)) if needs else None)
+        return slot, needs
+
+    @staticmethod
+    def _array_input(st: Stretch, x: Any) -> int:
+        if isinstance(x, (list, tuple)):
+            x = jnp.asarray(np.asarray(x))
+        aval = _SCALAR_AVALS.get(type(x)) or jax.typeof(x)
+        slot = len(st.inputs)
+        st.specs.append((aval, False))
+        st.avals.append(aval)
+        st.inputs.append(x)
+        st.parents.append(None)
+        return slot
+
+    # ----- the hooks ---------------------------------------------------------------------
+    def created(self, t: Any) -> None:
+        if type(_data(t)) is Pending:
+            self.stretch.holders.append(weakref.ref(t))
+        else:
+            self.constants[id(t)] = weakref.ref(t)
+
+    def rebind(self, t: Any, value: Any) -> None:
+        if id(t) not in self.saved and type(_data(t)) is not Pending:
+            self.saved[id(t)] = (t, _snapshot(t))
+        if type(value) is Pending:
+            self.stretch.holders.append(weakref.ref(t))
+
+    def grad_write(self, owner: Any, value: Any) -> None:
+        if id(owner) not in self.saved:
+            self.saved[id(owner)] = (owner, _snapshot(owner))
+
+    def value_read(self, t: Any, what: str) -> None:
+        pending = type(_data(t)) is Pending
+        if self.breaks.graph_breaks:
+            if pending:
+                self.flush(what, user_location())
+            return
+        ref = self.constants.get(id(t))
+        if not pending and ref is not None and ref() is t:
+            return  # made inside the region from a concrete value
+        raise ValueReadError(
+            f"{describe_location(user_location())}: {what} reads the value of a tensor inside "
+            f"a {self.breaks.kind} region, where tensors stand for values computed later by "
+            "the compiled code. Read it inside `with exclude_from_trace():`, pass "
+            "graph_breaks=True to split the region at such reads, or pick with "
+            "F.where(cond, a, b).")
+
+    def function_call(self, function: Any) -> None:
+        raise UnsupportedInRegionError(
+            f"{describe_location(user_location())}: the custom autodiff Function "
+            f"{type(function).__name__} is called inside a {self.breaks.kind} region; call it "
+            "inside `with exclude_from_trace():`, where it runs eagerly, or outside the region.")
+
+    def backward(self, manager: Any) -> None:
+        if self.breaks.differentiable:
+            raise UnsupportedInRegionError(
+                f"{describe_location(user_location())}: GradManager.backward inside a "
+                "partial_trace region. A partial_trace region compiles a forward (and its "
+                "backward runs when you call gm.backward outside it); to compile forward, "
+                "backward and update together use xla_trace.")
+        self.flush("GradManager.backward()", user_location())
+
+    def break_here(self, what: str, where: Any) -> None:
+        """A break the region asked for (`exclude_from_trace()`): run what is pending."""
+        self.flush(what, where)
+
+    # ----- breaks --------------------------------------------------------------------------
+    def flush(self, why: str, where: Any) -> None:
+        """Run the stretch recorded so far and give every tensor holding a placeholder its
+        value; start a new stretch."""
+        st = self.stretch
+        ordinal = len(self.report)
+        site = f"{why} at {_site(where)}" if where else why
+        if not st.records:
+            self.stretch = Stretch(site)
+            self.report.append((0, why, where, "no ops"))
+            return
+        holders, outputs = _holders(st)
+        piece, cached = self.breaks.piece(st, outputs, ordinal)
+        with hooks.capturing(None):
+            tensors = [None if p is None else _parent(*p) for p in st.parents]
+            results = piece.function(st.inputs, tensors, piece.wrt)
+            for t, pos, attached in holders:
+                r = results[pos]
+                eg.rebind(t, _data(r), *(_history(r) if attached else (None, 0)))
+        if cached:
+            self.breaks.cache.hits += 1
+        self.stretch = Stretch(site)
+        self.report.append((len(st.records), why, where, "cached" if cached else "compiled"))
+
+    def abandon(self) -> None:
+        """After a failure: put back every tensor and `.grad` the call's segments changed, and
+        make tensors that never got a value raise on use. (What an excluded block changed
+        eagerly stays, as eager code's effects do.)"""
+        st = self.stretch
+        for t, snap in self.saved.values():
+            hooks.restore(t, snap)
+        self.saved.clear()
+        where = describe_location(user_location())
+        for ref in st.holders:
+            t = ref()
+            if t is not None and type(_data(t)) is Pending:
+                _invalidate(t, where)
+        self.stretch = Stretch("")
+
+
+def _site(where: Any) -> str:
+    return f"{short_path(where[0])}:{where[1]}" if where else "an unknown line"
+
+
+def _holders(st: Stretch) -> tuple[list, tuple]:
+    """The live tensors holding a placeholder, with the output position of its value and
+    whether they carry its gradient history; and the values to output, in order."""
+    holders = []
+    out_pos: dict[int, int] = {}
+    outputs: list[int] = []
+    seen: set[int] = set()
+    for ref in st.holders:
+        t = ref()
+        if t is None or id(t) in seen:
+            continue
+        a = _data(t)
+        if type(a) is not Pending:
+            continue
+        seen.add(id(t))
+        pos = out_pos.get(a.index)
+        if pos is None:
+            pos = out_pos[a.index] = len(outputs)
+            outputs.append(a.index)
+        holders.append((t, pos, _history(t)[0] is a))
+    return holders, tuple(outputs)
+
+
+def _parent(t: Any, node: Any, out_idx: int) -> Any:
+    """The tensor standing for input `t` as the stretch read it: `t` itself for a leaf, else a
+    tensor with the history `t` had then (it may have been rebound since)."""
+    if node is None:
+        return t
+    stand_in = _wrap(_data(t))
+    _set_history(stand_in, node, out_idx)
+    return stand_in
+
+
+def _compile(st: Stretch, outputs: tuple, name: str) -> Piece:
+    """A piece for the stretch: the replay of its records as a pure function, its segment and
+    the gradient dependencies of its outputs."""
+    plan = []
+    deps: list[frozenset] = []
+    tracked_inputs = [needs for _, needs in st.specs]
+    for (op, attrs, descs, recorded), n_out in zip(st.records, st.counts):
+        plan.append((op.jitted(attrs), descs, op.multi_output, op.differentiable and not recorded))
+        acc: frozenset = frozenset()
+        if recorded:
+            found: set[int] = set()
+            for d in descs:
+                if d[0] == VALUE and d[2]:
+                    found |= deps[d[1]]
+                elif d[0] == INPUT and tracked_inputs[d[1]]:
+                    found.add(d[1])
+            acc = frozenset(found)
+        for _ in range(n_out):
+            deps.append(frozenset() if st.nondiff[len(deps)] else acc)
+
+    def replay(*inputs: Any) -> list:
+        values: list = []
+        for fn, descs, multi, cut in plan:
+            args = [(values[d[1]] if d[2] else _stop(values[d[1]])) if d[0] == VALUE
+                    else inputs[d[1]] if d[0] == INPUT else None for d in descs]
+            out = fn(*args)
+            outs = out if multi else (out,)
+            values.extend([_stop(o) for o in outs] if cut else outs)
+        return [values[i] for i in outputs]
+
+    in_avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type,
+                                     sharding=getattr(x, "sharding", None))
+                for a, x in zip(st.avals, st.inputs)]
+    segment = Segment(replay, in_avals, name=name)
+    function = SegmentFunction(segment, [deps[i] for i in outputs], name)
+    wrt = tuple(i for i, needs in enumerate(tracked_inputs) if needs)
+    return Piece(function, wrt, len(st.records))

@@ -1,0 +1,484 @@
+"""Graph breaks: `exclude_from_trace()` blocks and, with `graph_breaks=True`, value reads split a
+region into compiled segments around eager code. Every run is checked against the same code run
+eagerly: outputs, parameters, `.grad`, buffers, optimizer state and the RNG key."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import eager as eg
+import eager.functional as F
+import eager.module as M
+import eager.optimizer as optim
+from eager.autodiff import Function, GradManager
+from partial import (
+    InvalidTensorError,
+    UnsupportedInRegionError,
+    ValueReadError,
+    exclude_from_trace,
+    partial_trace,
+    xla_trace,
+)
+
+from .differential import World, check_against_eager
+
+
+def _batch(i, shape=(6, 8), classes=4):
+    rng = np.random.default_rng([i, 11])
+    return (eg.tensor(rng.standard_normal(shape).astype(np.float32)),
+            eg.tensor(rng.integers(0, classes, shape[0]).astype(np.int32)))
+
+
+def _train(region_of, *, opt=optim.SGD, steps_kw=None):
+    """A World training `net` whose forward is `region_of(net, log)` (wrapped), with an eager
+    cross-entropy head and the optimizer stepping outside the region."""
+
+    def build(wrap):
+        net = M.Sequential(M.Linear(8, 16), M.BatchNorm1d(16), M.ReLU(), M.Dropout(0.25),
+                           M.Linear(16, 16), M.ReLU(), M.Dropout(0.25), M.Linear(16, 4))
+        log: list = []
+        region = wrap(region_of(net, log))
+        params = net.parameters()
+        gm = GradManager().attach(params)
+        o = opt(params, lr=0.05, **(steps_kw or {}))
+
+        def step(i):
+            x, y = _batch(i)
+            with gm:
+                logits, masks = region(x)
+                loss = F.cross_entropy(logits, y)
+                gm.backward(loss)
+            grads = [p.grad for p in params]
+            o.step().clear_grad()
+            return loss, grads, masks, list(log)
+
+        return World(step, modules=[net], optimizers=[o], traced=[region])
+
+    return build
+
+
+def _mask(t):
+    return t == 0  # where dropout zeroed: compared exactly
+
+
+def test_one_excluded_block_with_dropout_on_both_sides_matches_eager():
+    def region_of(net, log):
+        first, second = net[:4], net[4:]
+
+        def forward(x):
+            h = first(x)
+            with exclude_from_trace():
+                scale = 1.0 + abs(h.mean().item())  # a real value, on every call
+                log.append(round(scale, 4))
+                h = h * scale  # eager op: gradients flow through it
+            out = second(h)
+            return out, (_mask(h), _mask(second[:3](h)))
+
+        return forward
+
+    world = check_against_eager(_train(region_of, steps_kw={"momentum": 0.9}), steps=4)
+    info = world.traced[0].cache_info()
+    assert (info.segments, info.captures) == (2, 2)
+    assert len(info.breaks) == 1 and "exclude_from_trace() at tests" in info.breaks[0]
+    assert "test_breaks.py:" in info.breaks[0]
+
+
+def test_two_excluded_blocks_and_eager_control_flow_match_eager():
+    def region_of(net, log):
+        def forward(x):
+            h = net[:3](x)
+            with exclude_from_trace():
+                log.append(float(h.max().item()))
+            h = net[3:6](h)
+            with exclude_from_trace():
+                if h.abs().max().item() > 1.0:  # data-dependent Python
+                    h = h / 2
+                log.append(h.shape[0])
+            return net[6:](h), _mask(h)
+
+        return forward
+
+    world = check_against_eager(_train(region_of, opt=optim.Adam), steps=4)
+    assert world.traced[0].cache_info().segments == 3
+
+
+def test_value_reads_with_graph_breaks_take_data_dependent_branches_like_eager():
+    def region_of(net, log):
+        def forward(x):
+            h = net[:4](x)
+            if h.mean() > 0.35:  # a break: the branch is taken on the real value
+                log.append("big")
+                h = net[4](h) * 0.5
+            else:
+                log.append("small")
+                h = net[4](h)
+            h = net[5:](h)
+            return h, _mask(h)
+
+        return forward
+
+    world = check_against_eager(_train(region_of), steps=6, graph_breaks=True)
+    assert {"big", "small"} <= set(world.step(6)[3])
+    fn = world.traced[0]
+    captures = fn.cache_info().captures
+    assert captures == 3  # the stretch before the read, and one per branch
+    for i in range(7, 10):
+        world.step(i)
+    assert fn.cache_info().captures == captures
+    assert fn.cache_info().breaks[0].startswith("bool() at ")
+
+
+def test_xla_trace_step_with_an_excluded_logging_block_matches_eager():
+    def build(wrap):
+        net = M.Sequential(M.Linear(8, 16), M.BatchNorm1d(16), M.ReLU(), M.Dropout(0.2),
+                           M.Linear(16, 4))
+        params = net.parameters()
+        opt = optim.Adam(params, lr=0.01)
+        log: list = []
+
+        def train_step(x, y):
+            gm = GradManager().attach(params)
+            pre = net[0](x).sum()  # before recording: no gradient from here
+            with gm:
+                loss = F.cross_entropy(net(x), y) + 0 * pre
+                with exclude_from_trace():
+                    log.append(round(loss.item(), 5))
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+
+        step_fn = wrap(train_step)
+
+        def step(i):
+            loss = step_fn(*_batch(i))
+            return loss, list(log)
+
+        return World(step, modules=[net], optimizers=[opt], traced=[step_fn])
+
+    world = check_against_eager(build, steps=4, compile=xla_trace)
+    assert world.traced[0].cache_info().segments == 2
+
+
+def test_an_excluded_block_runs_once_per_call_and_sequences_compile_once():
+    runs = {"block": 0, "body": 0}
+    net = M.Sequential(M.Linear(8, 8), M.ReLU())
+
+    @partial_trace
+    def f(x):
+        runs["body"] += 1
+        h = net(x)
+        with exclude_from_trace():
+            runs["block"] += 1
+        return h * 2
+
+    x, _ = _batch(0)
+    for n in range(1, 6):
+        f(x)
+        assert runs["block"] == n
+    # The first call captured up to the block before it knew of the break.
+    assert runs["body"] == 6
+    info = f.cache_info()
+    assert (info.captures, info.hits, info.entries) == (2, 8, 2)
+
+
+def test_a_region_without_breaks_keeps_the_fast_path():
+    runs = []
+
+    @partial_trace(graph_breaks=True)
+    def f(x):
+        runs.append(1)
+        return (x * 2).sum()
+
+    for _ in range(3):
+        f(eg.ones(4))
+    assert len(runs) == 1
+    info = f.cache_info()
+    assert (info.segments, info.breaks, info.captures, info.hits) == (1, (), 1, 2)
+    assert "without graph breaks" in f.explain()
+
+
+def test_explain_reports_segments_and_break_lines():
+    @partial_trace(graph_breaks=True)
+    def f(x):
+        with exclude_from_trace():
+            pass
+        h = x * 2
+        if h.sum() > 0:
+            return h + 1
+        return h
+
+    f(eg.ones(3))
+    text = f.explain()
+    assert "the last call ran 2 segments" in text
+    assert "no ops, then exclude_from_trace() at tests" in text
+    assert "3 ops (compiled), then bool() at tests" in text  # x * 2, sum, > 0
+    assert "then the end of the region" in text
+    f(eg.ones(3))
+    assert "3 ops (cached)" in f.explain()
+
+
+def test_value_reads_outside_blocks_still_raise_by_default():
+    w = eg.Parameter(np.ones(3, np.float32))
+
+    @partial_trace
+    def f(x):
+        h = x * w
+        with exclude_from_trace():
+            pass
+        if h.sum() > 0:  # not inside the block, and graph_breaks is off
+            return h
+        return -h
+
+    with pytest.raises(ValueReadError, match=r"test_breaks.py, line \d+: `if h.sum\(\) > 0:"):
+        f(eg.ones(3))
+    with pytest.raises(ValueReadError, match="graph_breaks=True"):
+        f(eg.ones(3))
+
+
+def test_a_failed_call_leaves_state_as_it_was():
+    net = M.Sequential(M.Linear(4, 4), M.BatchNorm1d(4), M.Dropout(0.5))
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    kept = []
+
+    @xla_trace(graph_breaks=True)
+    def step(x, fail):
+        gm = GradManager().attach(net.parameters())
+        with gm:
+            loss = net(x).sum()
+            if loss > -1e9:  # a break: the forward segment runs here
+                gm.backward(loss)
+        opt.step()
+        h = net(x)
+        kept.append(h)
+        if fail:
+            raise RuntimeError("boom")
+        return h
+
+    x = eg.tensor(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+    step(x, False)
+    before = [t.numpy() for t in net.parameters() + net.buffers()]
+    grads = [p.grad.numpy() for p in net.parameters()]
+    slots = [t.numpy() for s in opt.state.values() for t in s.values()]
+    key = eg.random.get_state().numpy()
+    with pytest.raises(RuntimeError, match="boom"):
+        step(x, True)
+    for a, b in zip(before, [t.numpy() for t in net.parameters() + net.buffers()]):
+        np.testing.assert_array_equal(a, b)
+    for a, p in zip(grads, net.parameters()):
+        np.testing.assert_array_equal(a, p.grad.numpy())
+    for a, b in zip(slots, [t.numpy() for s in opt.state.values() for t in s.values()]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(key, eg.random.get_state().numpy())
+    with pytest.raises(InvalidTensorError):
+        kept[-1] + 1
+    assert step(x, False).shape == (3, 4)
+
+
+def test_detach_and_no_grad_inside_a_region_with_breaks_cut_gradients_like_eager():
+    def build(wrap):
+        lin = M.Linear(4, 4)
+        w = eg.Parameter(np.full((4,), 0.5, np.float32))
+        gm = GradManager().attach(lin.parameters() + [w])
+
+        def region(x):
+            h = lin(x)
+            d = h.detach() * w
+            with eg.no_grad():
+                n = h * 3
+            with exclude_from_trace():
+                pass
+            return (h * d + n * w).sum()
+
+        f = wrap(region)
+
+        def step(i):
+            x, _ = _batch(i, (3, 4))
+            with gm:
+                loss = f(x)
+                gm.backward(loss)
+            out = [loss, w.grad] + [p.grad for p in lin.parameters()]
+            for p in lin.parameters() + [w]:
+                p.grad = None
+            return out
+
+        return World(step, modules=[lin], tensors={"w": w})
+
+    check_against_eager(build, steps=2)
+
+
+def test_traced_functions_nest_in_regions_and_blocks():
+    lin = M.Linear(4, 4)
+    inner = partial_trace(lambda x: lin(x) * 2)
+
+    @partial_trace
+    def outer(x):
+        h = inner(x)  # recorded into the outer region's stretch
+        with exclude_from_trace():
+            g = inner(h)  # an ordinary compiled call
+        return g + h
+
+    x, _ = _batch(0, (2, 4))
+    want = (lambda h: inner._fn(h) + h)(inner._fn(x))
+    for _ in range(2):
+        np.testing.assert_allclose(outer(x).numpy(), want.numpy(), rtol=1e-6)
+    assert inner.cache_info().hits >= 1
+
+
+def test_custom_functions_run_only_inside_excluded_blocks():
+    class Double(Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, dy):
+            return dy * 2
+
+    @partial_trace(graph_breaks=True)
+    def bad(x):
+        h = x + 1
+        if h.sum() > 0:
+            return Double()(h)
+        return h
+
+    with pytest.raises(UnsupportedInRegionError, match="exclude_from_trace"):
+        bad(eg.ones(2))
+
+    w = eg.Parameter([1.0, 2.0])
+    gm = GradManager().attach([w])
+
+    @partial_trace
+    def good(x):
+        h = x * w
+        with exclude_from_trace():
+            h = Double()(h)
+        return h.sum()
+
+    with gm:
+        loss = good(eg.ones(2))
+        gm.backward(loss)
+    assert loss.item() == 6.0 and w.grad.numpy().tolist() == [2.0, 2.0]
+
+
+def test_backward_inside_a_partial_trace_region_with_breaks_is_refused():
+    w = eg.Parameter([1.0])
+    gm = GradManager().attach([w])
+
+    @partial_trace
+    def f(x):
+        with exclude_from_trace():
+            pass
+        loss = (x * w).sum()
+        gm.backward(loss)
+        return loss
+
+    with gm, pytest.raises(UnsupportedInRegionError, match="xla_trace"):
+        f(eg.ones(1))
+
+
+def test_new_shapes_compile_new_segments_and_cache_clear_starts_over():
+    runs = []
+
+    @partial_trace
+    def f(x):
+        runs.append(1)
+        h = x * 2
+        with exclude_from_trace():
+            pass
+        return h + 1
+
+    f(eg.ones(3))
+    f(eg.ones(3))
+    assert f.cache_info().captures == 2
+    f(eg.ones(5))
+    assert f.cache_info().captures == 4
+    f.cache_clear()
+    assert f.cache_info().entries == 0
+    runs.clear()
+    np.testing.assert_array_equal(f(eg.ones(3)).numpy(), [3.0, 3.0, 3.0])
+    assert len(runs) == 2  # captured until the break again, then run
+
+
+def test_arrays_of_pending_tensors_handed_to_jax_or_numpy_say_why_they_fail():
+    @partial_trace
+    def f(x, use_numpy):
+        h = x * 2
+        with exclude_from_trace():
+            pass
+        a = eg.read(h * 1)
+        return np.asarray(a) if use_numpy else jnp.sin(a)
+
+    with pytest.raises(ValueReadError, match="exclude_from_trace"):
+        f(eg.ones(2), True)
+    with pytest.raises(TypeError, match="gets its value at the next break"):
+        f(eg.ones(2), False)
+
+
+# ----- random programs with breaks --------------------------------------------------------------
+UNARY = ["tanh", "sin", "exp", "neg"]
+BINARY = ["add", "mul", "sub"]
+
+op = st.one_of(
+    st.tuples(st.just("unary"), st.sampled_from(UNARY), st.integers(0, 9), st.integers(0, 9)),
+    st.tuples(st.just("binary"), st.sampled_from(BINARY), st.integers(0, 9), st.integers(0, 9)),
+    st.tuples(st.just("break"), st.sampled_from(["scale", "read", "none"]), st.integers(0, 9),
+              st.integers(0, 9)),
+)
+
+
+def _program(steps, w, c):
+    def run(x):
+        values = [x, w, c]
+        for kind, name, i, j in steps:
+            a, b = values[i % len(values)], values[j % len(values)]
+            if kind == "unary":
+                values.append(eg.apply(eg.OPS[name], eg.apply(eg.OPS["tanh"], a)))
+            elif kind == "binary":
+                values.append(eg.apply(eg.OPS[name], a, b))
+            else:
+                with exclude_from_trace():
+                    if name == "scale":
+                        values.append(a * 1.5)
+                    elif name == "read":
+                        values.append(a if a.sum().item() > 0 else -a)
+        return values[-1], values[-2]
+
+    return run
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(steps=st.lists(op, min_size=1, max_size=8), seed=st.integers(0, 2**16))
+def test_random_programs_with_breaks_match_eager_values_and_gradients(steps, seed):
+    rng = np.random.default_rng(seed)
+    data = [rng.uniform(-2, 2, (3, 4)).astype(np.float32) for _ in range(3)]
+    cotangent = eg.tensor(rng.standard_normal((3, 4)).astype(np.float32))
+    results = []
+    for wrap in (lambda f: f, partial_trace):
+        x, w, c = eg.Parameter(data[0]), eg.Parameter(data[1]), eg.tensor(data[2])
+        f = wrap(_program(steps, w, c))
+        gm = GradManager().attach([x, w])
+        for _ in range(2):  # the second call runs from the cache
+            x.grad = w.grad = None
+            with gm:
+                out, prev = f(x)
+                gm.backward([out, prev], [cotangent, cotangent])
+        results.append([t.numpy() for t in (out, prev)] +
+                       [None if t.grad is None else t.grad.numpy() for t in (x, w)])
+    for got, want in zip(results[1], results[0]):
+        if want is None:
+            assert got is None
+        else:
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_python_scalars_are_inputs_of_segments_not_constants():
+    @partial_trace(graph_breaks=True)
+    def f(x, k):
+        h = x * k
+        if h.sum() > 0:
+            return h
+        return -h
+
+    assert f(eg.ones(2), 2.0).numpy().tolist() == [2.0, 2.0]
+    assert f(eg.ones(2), 3.0).numpy().tolist() == [3.0, 3.0]
+    assert (f.cache_info().captures, f.cache_info().hits) == (1, 1)
