@@ -13,23 +13,31 @@ layer2+pool) and timed three ways:
 
 Each is timed for inference (eval mode, no GradManager) and for training (train mode: forward
 under a recording GradManager, then `gm.backward` of the output's sum), on a one-sample batch
-(the call is mostly Python: the worst case for a break) and on a larger one. Calls are timed in
-batches drained to an idle device queue, in interleaved rounds; the table gives medians and
-the median of per-round ratios, and the added cost of the break per call and per recorded op.
+(the call is mostly Python: the worst case for a break) and on a larger one. Two times per call:
+
+- host: from the call until it returns. jax dispatches asynchronously, so this is the Python
+  and dispatch work of the call (re-running the region, recording its ops, looking up and
+  launching the segments), the overhead a break adds;
+- latency: until its results exist (the output; in training the gradients), computation
+  included. Each call starts from an idle device.
+
+Variants alternate in interleaved rounds; the table gives medians over rounds, the median of
+per-round ratios, and the host time the break adds per call and per recorded op.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import numpy as np
 
 import eager as eg
 import eager.functional as F
-from benchmarks.partial_overhead import time_batch
 from benchmarks.workloads import build_model
 from eager.autodiff import GradManager
 from partial import exclude_from_trace, partial_trace
@@ -67,36 +75,56 @@ def measure(name: str, batch: int, number: int, rounds: int) -> dict[str, Any]:
     fns = variants(name, model.backbone)
     x = eg.tensor(np.random.default_rng(0).standard_normal(
         (batch, *INPUT[name])).astype(np.float32))
-    gm = GradManager().attach(model.parameters())
-    drain = model.backbone.parameters()[0]
+    params = model.backbone.parameters()
+    gm = GradManager().attach(params)
 
     def infer(fn: Callable) -> Callable[[], Any]:
-        return lambda: fn(x)
+        return lambda: eg.read(fn(x))
 
     def train(fn: Callable) -> Callable[[], Any]:
-        def call() -> None:
+        def call() -> list:
             with gm:
                 gm.backward(fn(x).sum())
-            for p in model.parameters():
+            grads = [eg.read(p.grad) for p in params]
+            for p in params:
                 p.grad = None
+            return grads
         return call
 
-    def timed(fn: Callable[[], Any], training: bool) -> float:
+    def timed(fn: Callable[[], Any], training: bool) -> tuple[float, float]:
+        """Mean host and latency seconds per call."""
         model.train(training)
-        return time_batch(fn, number, lambda: eg.read(drain))
+        host = total = 0.0
+        for _ in range(number):
+            start = time.perf_counter()
+            out = fn()
+            returned = time.perf_counter()
+            jax.block_until_ready(out)
+            host += returned - start
+            total += time.perf_counter() - start
+        return host / number, total / number
 
     calls = {(k, mode): (make(fn), mode == "train")
              for k, fn in fns.items() for mode, make in (("infer", infer), ("train", train))}
     for call in calls.values():  # compile and warm up
         timed(*call)
     rows = [{k: timed(*call) for k, call in calls.items()} for _ in range(rounds)]
-    out: dict[str, Any] = {k: statistics.median(r[k] for r in rows) * 1e6 for k in calls}
-    for mode in ("infer", "train"):
-        for ref in ("none", "eager"):
-            out[("ratio", mode, ref)] = statistics.median(
-                r[("break", mode)] / r[(ref, mode)] for r in rows)
+    model.train(False)
     fns["break"](x)
-    out["ops"] = fns["break"].cache_info().ops
+    return {**summarize(rows), "ops": fns["break"].cache_info().ops}
+
+
+def summarize(rows: list[dict]) -> dict[Any, float]:
+    """Medians in µs by (host or latency, variant, mode), and the median per-round ratios of
+    the break variant to the others by ("ratio", host or latency, mode, other variant)."""
+    out: dict[Any, float] = {}
+    for j, what in enumerate(("host", "latency")):
+        for k in rows[0]:
+            out[(what, *k)] = statistics.median(r[k][j] for r in rows) * 1e6
+        for mode in ("infer", "train"):
+            for ref in ("none", "eager"):
+                out[("ratio", what, mode, ref)] = statistics.median(
+                    r[("break", mode)][j] / r[(ref, mode)][j] for r in rows)
     return out
 
 
@@ -108,18 +136,22 @@ def main(argv: list[str] | None = None) -> None:
     number, rounds = (20, 5) if args.quick else (50, 11)
     print(f"## One graph break against none and against eager (µs per call; medians of "
           f"{rounds} interleaved rounds of {number} calls)\n")
-    print("| model | batch | mode | eager | no break | one break | break / none | "
-          "break / eager | added by the break | per recorded op |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| model | batch | mode | ops | host: eager | none | break | break / none | "
+          "break / eager | added per op | latency: eager | none | break | break / none | "
+          "break / eager |")
+    print("| --- | ---: | --- | ---: |" + " ---: |" * 11)
     for name in ("mlp", "cnn"):
         for batch in BATCHES[name]:
             r = measure(name, batch, number, rounds)
             for mode in ("infer", "train"):
-                added = r[("break", mode)] - r[("none", mode)]
-                print(f"| {name} | {batch} | {mode} | {r[('eager', mode)]:.0f} | "
-                      f"{r[('none', mode)]:.0f} | {r[('break', mode)]:.0f} | "
-                      f"{r[('ratio', mode, 'none')]:.2f} | {r[('ratio', mode, 'eager')]:.2f} | "
-                      f"{added:.0f} | {added / r['ops']:.1f} |")
+                cells = [name, batch, mode, r["ops"] if mode == "infer" else ""]
+                for what in ("host", "latency"):
+                    cells += [f"{r[(what, v, mode)]:.0f}" for v in ("eager", "none", "break")]
+                    cells += [f"{r[('ratio', what, mode, ref)]:.2f}" for ref in ("none", "eager")]
+                    if what == "host":
+                        added = r[("host", "break", mode)] - r[("host", "none", mode)]
+                        cells.append(f"{added / r['ops']:.1f}")
+                print("| " + " | ".join(str(c) for c in cells) + " |")
 
 
 if __name__ == "__main__":

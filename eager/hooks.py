@@ -18,8 +18,7 @@ moved, so the common call checks one integer.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -88,16 +87,24 @@ active: CaptureHooks | None = None
 epoch = 0
 
 
-@contextlib.contextmanager
-def capturing(hooks: CaptureHooks | None) -> Iterator[CaptureHooks | None]:
+class capturing:  # noqa: N801  (used as a function: `with capturing(hooks):`)
     """Install `hooks` for the duration of the block (nesting restores the outer hooks);
-    `None` runs the block plainly eagerly, e.g. a block a capture excludes."""
-    global active
-    outer, active = active, hooks
-    try:
-        yield hooks
-    finally:
-        active = outer
+    `None` runs the block plainly eagerly, e.g. a block a capture excludes. (A class rather
+    than a generator: regions with graph breaks enter it several times per call.)"""
+
+    __slots__ = ("hooks", "outer")
+
+    def __init__(self, hooks: CaptureHooks | None):
+        self.hooks = hooks
+
+    def __enter__(self) -> CaptureHooks | None:
+        global active
+        self.outer, active = active, self.hooks
+        return self.hooks
+
+    def __exit__(self, *exc: Any) -> None:
+        global active
+        active = self.outer
 
 
 def bump_epoch() -> None:

@@ -7,6 +7,10 @@ backward, optimizer update) into one executable that updates the model in place;
 is the base class of every capture error. A region's Python body runs once per guard key (its
 side effects, like `print`, happen then), every tensor it reads or updates is an input or output
 of the compiled code, and a value read inside it raises `TraceError` naming the line.
+
+A region with graph breaks (an `exclude_from_trace()` block, or a value read under
+`graph_breaks=True`) instead re-runs its Python on every call, recording ops lazily and running
+each stretch between breaks as a cached compiled segment (`lazy.py`).
 """
 
 from .cache import CacheInfo

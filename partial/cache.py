@@ -97,6 +97,11 @@ class Cache:
         self.pieces[key] = piece
         self._bound()
 
+    def drop_piece(self, piece: Any) -> None:
+        for key, held in list(self.pieces.items()):
+            if held is piece:
+                del self.pieces[key]
+
     def _bound(self) -> None:
         while len(self.lru) + len(self.pieces) > self.maxsize:
             if self.pieces:

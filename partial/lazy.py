@@ -50,6 +50,7 @@ _stop = jax.lax.stop_gradient
 # Where an op input comes from: a value computed earlier in the stretch, an input, nothing.
 VALUE, INPUT, NONE = 0, 1, 2
 _NO_INPUT = (NONE,)
+_START = ("the start of the region", None, None)
 _SCALAR_AVALS = {t: jax.typeof(t(0)) for t in (bool, int, float, complex)}
 
 
@@ -88,7 +89,6 @@ class Piece:
 
     function: SegmentFunction
     wrt: tuple  # the inputs a gradient may flow to (tracked when recorded)
-    n_ops: int
 
     @property
     def segment(self) -> Segment:
@@ -105,7 +105,7 @@ class Stretch:
     __slots__ = ("records", "counts", "out_avals", "nondiff", "specs", "avals", "inputs", "parents",
                  "slot_of", "holders", "site")
 
-    def __init__(self, site: str):
+    def __init__(self, site: tuple):
         self.records: list = []  # (op, attrs, input descriptors, recorded)
         self.counts: list = []  # per record: how many values it produced
         self.out_avals: list = []  # per value
@@ -116,7 +116,7 @@ class Stretch:
         self.parents: list = []  # per input: (tensor, node, out_idx) when tracked, else None
         self.slot_of: dict = {}  # (id(tensor), id(array), tracked) -> input position
         self.holders: list = []  # weak references to Tensors that got a placeholder
-        self.site = site  # where the stretch started, for messages and recompile counts
+        self.site = site  # (why, file, line) of the break it starts at: messages, counts
 
 
 class Breaks:
@@ -170,11 +170,13 @@ class Breaks:
         site = (ordinal, st.site)
         self.compiled_at[site] += 1
         if self.compiled_at[site] > self.recompile_limit:
+            why, filename, line = st.site
+            start = f"{why} at {short_path(filename)}:{line}" if filename else why
             logger.warning(
                 "%s: segment %d of `%s` (starting at %s) is being compiled for the %d. time "
                 "(recompile_limit=%d): the ops it records, their input shapes or dtypes, or the "
                 "tensors alive at its end differ from every cached one. Keep shapes fixed, or "
-                "raise recompile_limit.", self.kind, ordinal + 1, self.name, st.site,
+                "raise recompile_limit.", self.kind, ordinal + 1, self.name, start,
                 self.compiled_at[site], self.recompile_limit)
         piece = _compile(st, outputs, f"{self.name}_part{ordinal + 1}")
         cache.add_piece(key, piece)
@@ -188,7 +190,7 @@ class LazyRun(hooks.CaptureHooks):
 
     def __init__(self, breaks: Breaks):
         self.breaks = breaks
-        self.stretch = Stretch("the start of the region")
+        self.stretch = Stretch(_START)
         self.constants: dict[int, weakref.ref] = {}  # tensors created with a concrete value
         self.saved: dict = {}  # id -> (tensor, snapshot before the call) of rebound tensors
         self.report: list = []
@@ -320,7 +322,7 @@ class LazyRun(hooks.CaptureHooks):
         value; start a new stretch."""
         st = self.stretch
         ordinal = len(self.report)
-        site = f"{why} at {_site(where)}" if where else why
+        site = (why, *where[:2]) if where else (why, None, None)
         if not st.records:
             self.stretch = Stretch(site)
             self.report.append((0, why, where, "no ops"))
@@ -328,8 +330,14 @@ class LazyRun(hooks.CaptureHooks):
         holders, outputs = _holders(st)
         piece, cached = self.breaks.piece(st, outputs, ordinal)
         with hooks.capturing(None):
-            tensors = [None if p is None else _parent(*p) for p in st.parents]
-            results = piece.function(st.inputs, tensors, piece.wrt)
+            tensors = [None if p is None else _parent(*p, a) for p, a in zip(st.parents,
+                                                                             st.inputs)]
+            try:
+                results = piece.function(st.inputs, tensors, piece.wrt)
+            except BaseException:
+                if not cached:  # it compiles on its first run: do not keep a broken piece
+                    self.breaks.cache.drop_piece(piece)
+                raise
             for t, pos, attached in holders:
                 r = results[pos]
                 eg.rebind(t, _data(r), *(_history(r) if attached else (None, 0)))
@@ -351,11 +359,7 @@ class LazyRun(hooks.CaptureHooks):
             t = ref()
             if t is not None and type(_data(t)) is Pending:
                 _invalidate(t, where)
-        self.stretch = Stretch("")
-
-
-def _site(where: Any) -> str:
-    return f"{short_path(where[0])}:{where[1]}" if where else "an unknown line"
+        self.stretch = Stretch(_START)
 
 
 def _holders(st: Stretch) -> tuple[list, tuple]:
@@ -381,12 +385,12 @@ def _holders(st: Stretch) -> tuple[list, tuple]:
     return holders, tuple(outputs)
 
 
-def _parent(t: Any, node: Any, out_idx: int) -> Any:
-    """The tensor standing for input `t` as the stretch read it: `t` itself for a leaf, else a
-    tensor with the history `t` had then (it may have been rebound since)."""
+def _parent(t: Any, node: Any, out_idx: int, array: Any) -> Any:
+    """The tensor standing for input `t` as the stretch read it (`array`): `t` itself for a
+    leaf, else a tensor with the history `t` had then (it may have been rebound since)."""
     if node is None:
         return t
-    stand_in = _wrap(_data(t))
+    stand_in = _wrap(array)
     _set_history(stand_in, node, out_idx)
     return stand_in
 
@@ -427,4 +431,4 @@ def _compile(st: Stretch, outputs: tuple, name: str) -> Piece:
     segment = Segment(replay, in_avals, name=name)
     function = SegmentFunction(segment, [deps[i] for i in outputs], name)
     wrt = tuple(i for i, needs in enumerate(tracked_inputs) if needs)
-    return Piece(function, wrt, len(st.records))
+    return Piece(function, wrt)

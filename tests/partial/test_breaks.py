@@ -482,3 +482,34 @@ def test_python_scalars_are_inputs_of_segments_not_constants():
     assert f(eg.ones(2), 2.0).numpy().tolist() == [2.0, 2.0]
     assert f(eg.ones(2), 3.0).numpy().tolist() == [3.0, 3.0]
     assert (f.cache_info().captures, f.cache_info().hits) == (1, 1)
+
+
+def test_recompiling_a_stretch_past_the_limit_warns_with_its_start(caplog):
+    @partial_trace(recompile_limit=2)
+    def f(x):
+        h = x * 2
+        with exclude_from_trace():
+            pass
+        return h + 1
+
+    with caplog.at_level("WARNING", logger="partial"):
+        for n in (1, 2, 3):
+            f(eg.ones(n))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2  # the third shape, for each of the two stretches
+    assert "segment 1 of `f` (starting at the start of the region)" in warnings[0]
+    assert "segment 2 of `f` (starting at exclude_from_trace() at tests" in warnings[1]
+
+
+def test_segments_share_the_cache_bound():
+    @partial_trace(cache_size=3)
+    def f(x):
+        h = x * 2
+        with exclude_from_trace():
+            pass
+        return h + 1
+
+    for n in (1, 2, 3, 1):
+        f(eg.ones(n))
+    info = f.cache_info()
+    assert info.entries == 3 and info.captures == 8  # shape 1 was dropped, and compiled again
