@@ -55,8 +55,9 @@ class TracedFunction:
         self._donate = donate
         self._graph_breaks = graph_breaks
         self._cache = Cache(cache_size)
-        self._breaks: Breaks | None = None  # set once a capture met a break
+        self._breaks: Breaks | None = None  # set once the function is known to break
         self._called = False
+        self._start_with_breaks()
 
     def __repr__(self) -> str:
         return f"<{self._kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
@@ -95,12 +96,8 @@ class TracedFunction:
                               capture_as_const=self._capture_as_const,
                               graph_breaks=self._graph_breaks)
         except BreakFound as found:
-            self._breaks = Breaks(self._name(), self._kind, cache, self._recompile_limit,
-                                  self._graph_breaks, self._differentiable)
-            self._breaks.first_break = f"{found.what} at {describe_location(found.where)}"
-            logger.info("%s: `%s` breaks at %s: it now runs its Python on every call, "
-                        "compiling the stretches between breaks", self._kind, self._name(),
-                        self._breaks.first_break)
+            self._switch_to_breaks(f"first found: {found.what} at "
+                                   f"{describe_location(found.where)}")
             return self._run_with_breaks(args, kwargs)
         entry = Entry(call.key, program, call, self._name(),
                       differentiable=self._differentiable, donate=self._donate)
@@ -114,6 +111,20 @@ class TracedFunction:
         if out is MISS:  # the arguments were read just now: only a bug gets here
             raise RuntimeError(f"{self._kind}: a freshly compiled entry refused its own call")
         return out
+
+    def _start_with_breaks(self) -> None:
+        """A function whose own code uses `exclude_from_trace` breaks: run it that way from
+        the first call, rather than capturing it up to the block first (which would run the
+        code before the block twice in that call)."""
+        if _uses_exclude(self._fn):
+            self._switch_to_breaks("exclude_from_trace() in its code")
+
+    def _switch_to_breaks(self, first: str) -> None:
+        self._breaks = Breaks(self._name(), self._kind, self._cache, self._recompile_limit,
+                              self._graph_breaks, self._differentiable)
+        self._breaks.first_break = first
+        logger.info("%s: `%s` breaks (%s): it runs its Python on every call, compiling the "
+                    "stretches between breaks", self._kind, self._name(), first)
 
     def _run_with_breaks(self, args: tuple, kwargs: dict) -> Any:
         if not self._differentiable and hooks.is_recording():
@@ -185,7 +196,7 @@ class TracedFunction:
         >>> f(eg.ones(3)).numpy().tolist()
         [2.0, 2.0, 2.0]
         >>> print(f.explain())  # doctest: +ELLIPSIS
-        partial_trace `f` re-runs its Python on every call: it breaks (first at ...)
+        partial_trace `f` has graph breaks (exclude_from_trace() in its code): it re-runs ...
         the last call ran 2 segments:
           1. 1 op (compiled), then exclude_from_trace() at ...
           2. 1 op (compiled), then the end of the region
@@ -200,8 +211,8 @@ class TracedFunction:
                          "its Python runs only when it is captured")
         else:
             last = self._breaks.last
-            lines.append(f"{head} re-runs its Python on every call: it breaks (first at "
-                         f"{self._breaks.first_break})")
+            lines.append(f"{head} has graph breaks ({self._breaks.first_break}): it re-runs "
+                         "its Python on every call")
             ran = sum(1 for n, *_ in last if n)
             lines.append(f"the last call ran {ran} segment{'s' * (ran != 1)}:")
             k = 0
@@ -221,6 +232,24 @@ class TracedFunction:
         region that had graph breaks is captured whole again on its next call."""
         self._cache.clear()
         self._breaks = None
+        self._start_with_breaks()
+
+
+def _uses_exclude(fn: Any) -> bool:
+    """Whether the code of `fn` (a function, method, Module or callable object), including
+    functions defined inside it, names `exclude_from_trace`."""
+    target = getattr(fn, "__func__", fn)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        method = getattr(type(fn), "forward", None) or type(fn).__call__
+        code = getattr(method, "__code__", None)
+    stack = [code] if code is not None else []
+    while stack:
+        code = stack.pop()
+        if "exclude_from_trace" in code.co_names or "exclude_from_trace" in code.co_freevars:
+            return True
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return False
 
 
 def _describe_break(why: str, where: Any) -> str:
@@ -266,11 +295,12 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
     Graph breaks. A `with exclude_from_trace():` block inside the region runs eagerly on every
     call, with real values; with `graph_breaks=True` a value read (`.item()`, `.numpy()`,
     `bool()`, `if t > 0:`) is a break point too instead of an error. A region that breaks
-    re-runs its Python on every call (the first call captures up to the first break, then
-    runs again this way): ops are recorded without computing, and each stretch between
+    re-runs its Python on every call: ops are recorded without computing, and each stretch between
     breaks runs as a compiled segment (one tape node under a recording GradManager), compiled
-    once per distinct op sequence. `explain()` and `cache_info()` report the segments and
-    where the breaks were.
+    once per distinct op sequence. A function whose own code uses `exclude_from_trace` runs
+    this way from its first call; one that breaks deeper (in a module it calls, or at a value
+    read) from the call whose capture meets the break, in which the code before the break runs
+    twice. `explain()` and `cache_info()` report the segments and where the breaks were.
 
     Args:
         fn: the function (any nesting of Tensors, Modules, Optimizers and plain values in and

@@ -177,8 +177,7 @@ def test_an_excluded_block_runs_once_per_call_and_sequences_compile_once():
     for n in range(1, 6):
         f(x)
         assert runs["block"] == n
-    # The first call captured up to the block before it knew of the break.
-    assert runs["body"] == 6
+    assert runs["body"] == 5  # its code names exclude_from_trace: lazy from the first call
     info = f.cache_info()
     assert (info.captures, info.hits, info.entries) == (2, 8, 2)
 
@@ -396,7 +395,7 @@ def test_new_shapes_compile_new_segments_and_cache_clear_starts_over():
     assert f.cache_info().entries == 0
     runs.clear()
     np.testing.assert_array_equal(f(eg.ones(3)).numpy(), [3.0, 3.0, 3.0])
-    assert len(runs) == 2  # captured until the break again, then run
+    assert len(runs) == 1
 
 
 def test_arrays_of_pending_tensors_handed_to_jax_or_numpy_say_why_they_fail():
@@ -513,3 +512,36 @@ def test_segments_share_the_cache_bound():
         f(eg.ones(n))
     info = f.cache_info()
     assert info.entries == 3 and info.captures == 8  # shape 1 was dropped, and compiled again
+
+
+def test_a_break_found_deeper_is_found_by_capture_and_then_runs_lazily():
+    runs = []
+
+    class Logged(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = M.Linear(3, 3)
+            self.means = []
+
+        def forward(self, x):
+            h = self.lin(x)
+            with exclude_from_trace():
+                self.means.append(h.mean().item())
+            return h
+
+    inner = Logged()
+
+    def region(x):  # its own code does not name exclude_from_trace
+        runs.append(1)
+        return inner(x) * 2
+
+    f = partial_trace(region)
+    for _ in range(3):
+        f(eg.ones((2, 3)))
+    assert len(runs) == 4  # the first call's capture stopped at the block, then ran lazily
+    assert len(inner.means) == 3
+    assert "first found: exclude_from_trace() at tests" in f.explain()
+
+    traced_module = partial_trace(Logged())  # a Module whose forward names it: lazy at once
+    traced_module(eg.ones((2, 3)))
+    assert "exclude_from_trace() in its code" in traced_module.explain()
