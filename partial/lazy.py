@@ -58,7 +58,7 @@ class Pending:
     """The placeholder a lazily recorded op returns: the abstract value of an array that the
     stretch's compiled segment computes at the next break."""
 
-    __slots__ = ("aval", "index", "__weakref__")
+    __slots__ = ("aval", "index")
 
     def __init__(self, aval: Any, index: int):
         self.aval = aval
