@@ -180,6 +180,9 @@ def test_an_excluded_block_runs_once_per_call_and_sequences_compile_once():
     assert runs["body"] == 5  # its code names exclude_from_trace: lazy from the first call
     info = f.cache_info()
     assert (info.captures, info.hits, info.entries) == (2, 8, 2)
+    assert len(f.segments()) == 2 and f.segments()[0].forward().cost_analysis() is not None
+    with pytest.raises(LookupError, match="graph breaks"):
+        f.flat_inputs(x)
 
 
 def test_a_region_without_breaks_keeps_the_fast_path():
