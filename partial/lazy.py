@@ -123,7 +123,7 @@ class Breaks:
     """Per traced function: what its regions with breaks compiled, and the last call's story."""
 
     def __init__(self, name: str, kind: str, cache: Any, recompile_limit: int,
-                 graph_breaks: bool, differentiable: bool):
+                 graph_breaks: bool, differentiable: bool, first_break: str):
         self.name, self.kind, self.cache = name, kind, cache
         self.recompile_limit = recompile_limit
         self.graph_breaks = graph_breaks
@@ -131,7 +131,7 @@ class Breaks:
         self.shapes: dict = {}  # (op, attrs, input avals) -> output avals
         self.compiled_at: Counter = Counter()  # stretch start -> sequences compiled
         self.last: list = []  # per stretch of the last call: (ops, why it ended, where, how)
-        self.first_break: str = ""
+        self.first_break = first_break  # why the function runs with breaks, for explain()
 
     def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
         """Call `fn` lazily; return what it returns, every tensor holding its value."""

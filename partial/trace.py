@@ -56,7 +56,6 @@ class TracedFunction:
         self._graph_breaks = graph_breaks
         self._cache = Cache(cache_size)
         self._breaks: Breaks | None = None  # set once the function is known to break
-        self._called = False
         self._start_with_breaks()
 
     def __repr__(self) -> str:
@@ -68,7 +67,6 @@ class TracedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if hooks.active is not None:  # inside another region's capture: become part of it
             return self._fn(*args, **kwargs)
-        self._called = True
         if self._breaks is not None:
             return self._run_with_breaks(args, kwargs)
         call = flatten_call(args, kwargs)
@@ -121,8 +119,7 @@ class TracedFunction:
 
     def _switch_to_breaks(self, first: str) -> None:
         self._breaks = Breaks(self._name(), self._kind, self._cache, self._recompile_limit,
-                              self._graph_breaks, self._differentiable)
-        self._breaks.first_break = first
+                              self._graph_breaks, self._differentiable, first)
         logger.info("%s: `%s` breaks (%s): it runs its Python on every call, compiling the "
                     "stretches between breaks", self._kind, self._name(), first)
 
@@ -175,7 +172,7 @@ class TracedFunction:
         """Captures, hits, entries held and compile seconds of this function's cache, and the
         segments and breaks of the last call."""
         if self._breaks is None:
-            return self._cache.info(int(self._called))
+            return self._cache.info(int(self._cache.captures > 0))
         last = self._breaks.last
         return self._cache.info(sum(1 for n, *_ in last if n),
                                 tuple(_describe_break(why, where) for _, why, where, _ in last
@@ -206,7 +203,7 @@ class TracedFunction:
         head = f"{self._kind} `{self._name()}`"
         lines = []
         if self._breaks is None:
-            lines.append(f"{head} has not been called yet" if not self._called else
+            lines.append(f"{head} has not been called yet" if not self._cache.captures else
                          f"{head} runs one compiled segment per call, without graph breaks; "
                          "its Python runs only when it is captured")
         else:

@@ -78,6 +78,16 @@ def assert_trees_close(actual: Any, expected: Any, rtol: float, atol: float, wha
             np.testing.assert_array_equal(a, e, err_msg=f"{what} leaf {i}")
 
 
+def assert_all_close(got: list, want: list, rtol: float = 2e-5, atol: float = 2e-5) -> None:
+    """Pairwise allclose of two lists of arrays, where None (an absent gradient) must match
+    None."""
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
 def run(build: Callable[[Callable], World], wrap: Callable, steps: int,
         seed: int) -> tuple[list, dict, World]:
     eg.random.seed(seed)

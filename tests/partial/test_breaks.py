@@ -22,7 +22,7 @@ from partial import (
     xla_trace,
 )
 
-from .differential import World, check_against_eager
+from .differential import World, assert_all_close, check_against_eager
 
 
 def _batch(i, shape=(6, 8), classes=4):
@@ -466,11 +466,7 @@ def test_random_programs_with_breaks_match_eager_values_and_gradients(steps, see
                 gm.backward([out, prev], [cotangent, cotangent])
         results.append([t.numpy() for t in (out, prev)] +
                        [None if t.grad is None else t.grad.numpy() for t in (x, w)])
-    for got, want in zip(results[1], results[0]):
-        if want is None:
-            assert got is None
-        else:
-            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    assert_all_close(results[1], results[0])
 
 
 def test_python_scalars_are_inputs_of_segments_not_constants():
@@ -486,13 +482,21 @@ def test_python_scalars_are_inputs_of_segments_not_constants():
     assert (f.cache_info().captures, f.cache_info().hits) == (1, 1)
 
 
-def test_recompiling_a_stretch_past_the_limit_warns_with_its_start(caplog):
-    @partial_trace(recompile_limit=2)
+def _split(**options):
+    """`x * 2`, a break, `+ 1`: a region of two one-op stretches."""
+
+    @partial_trace(**options)
     def f(x):
         h = x * 2
         with exclude_from_trace():
             pass
         return h + 1
+
+    return f
+
+
+def test_recompiling_a_stretch_past_the_limit_warns_with_its_start(caplog):
+    f = _split(recompile_limit=2)
 
     with caplog.at_level("WARNING", logger="partial"):
         for n in (1, 2, 3):
@@ -504,12 +508,7 @@ def test_recompiling_a_stretch_past_the_limit_warns_with_its_start(caplog):
 
 
 def test_segments_share_the_cache_bound():
-    @partial_trace(cache_size=3)
-    def f(x):
-        h = x * 2
-        with exclude_from_trace():
-            pass
-        return h + 1
+    f = _split(cache_size=3)
 
     for n in (1, 2, 3, 1):
         f(eg.ones(n))
