@@ -20,7 +20,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from . import hooks, tape
+from . import context, hooks, tape
 from .errors import BackwardError
 from .tensor import Tensor, _wrap, read
 
@@ -30,11 +30,11 @@ Callback = Callable[[Tensor, Tensor], Tensor]
 @contextlib.contextmanager
 def no_grad() -> Iterator[None]:
     """Ops inside the block are not recorded, even while a GradManager records."""
-    tape.STATE.paused += 1
+    tape.change(paused=1)
     try:
         yield
     finally:
-        tape.STATE.paused -= 1
+        tape.change(paused=-1)
 
 
 def _as_list(x: Any) -> list:
@@ -82,7 +82,7 @@ class GradManager:
         if self._recording:
             raise BackwardError("GradManager.record() called while it is already recording")
         self._recording = True
-        tape.STATE.recording += 1
+        tape.change(recording=1)
         for t, _ in self._attached.values():
             t._tracked += 1
 
@@ -91,7 +91,7 @@ class GradManager:
         if not self._recording:
             return
         self._recording = False
-        tape.STATE.recording -= 1
+        tape.change(recording=-1)
         for t, _ in self._attached.values():
             t._tracked -= 1
 
@@ -113,8 +113,9 @@ class GradManager:
                 "GradManager.backward() needs a recording manager: call it inside `with gm:` "
                 "or between gm.record() and gm.release()"
             )
-        if hooks.active is not None:
-            hooks.active.backward(self)
+        h = context.current()
+        if h is not None:
+            h.backward(self)
         ys, dys = _as_list(y), _as_list(dy)
         if dys and len(dys) != len(ys):
             raise ValueError(f"backward got {len(ys)} outputs but {len(dys)} output gradients")
@@ -183,8 +184,9 @@ class Function:
         raise NotImplementedError
 
     def __call__(self, *inputs: Any) -> Any:
-        if hooks.active is not None:
-            hooks.active.function_call(self)
+        h = context.current()
+        if h is not None:
+            h.function_call(self)
         with no_grad():
             result = self.forward(*inputs)
         single = isinstance(result, Tensor)

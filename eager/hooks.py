@@ -5,15 +5,16 @@ Eager code calls the hooks at its few choke points: every read of a tensor's sto
 every rebind of a tensor's storage (`x[i] = v`, optimizer updates, BatchNorm statistics, the RNG
 key), every value read (`.numpy()`, `.item()`, `bool()`), every tensor creation, module creation and
 call, module attribute assignment, `.grad` read and write, optimizer hyper-parameter read, custom
-`Function` call and `GradManager.backward`. With no capture active (`active is None`) each costs
-one global lookup.
+`Function` call, `GradManager.attach` and `.backward`, and param-group writes. With no capture
+active (`current()` is None) each costs one context-variable lookup.
 
-A capture installs an object implementing `CaptureHooks` with `capturing(hooks)`; nothing else in
-eager changes behaviour.
+A capture installs an object implementing `CaptureHooks` with `capturing(hooks)`, in the current
+thread only (`current()` says which is active there); nothing else in eager changes behaviour.
+The recording state of GradManagers is per thread too.
 
-`epoch` counts changes of module structure (a Tensor or Module attribute assigned) and of
+`epoch()` counts changes of module structure (a Tensor or Module attribute assigned) and of
 training flags, anywhere: a cache of compiled regions re-validates its module guards only when it
-moved, so the common call checks one integer.
+moved, so the common call checks one integer. `atomic()` defers Ctrl-C over a commit.
 """
 
 from __future__ import annotations
@@ -21,107 +22,21 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import tape as _tape
+from . import tensor as _tensor
+from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch
 
-class CaptureHooks:
-    """The interface a capture implements; the defaults here are what eager does without one.
-
-    A capture that sets `defers` receives every op call through `defer` instead of the
-    dispatcher running it: a lazy capture records the op and returns placeholder outputs.
-    """
-
-    defers = False
-
-    def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
-        """With `defers` set: return the Tensor (or tuple of Tensors, for multi-output ops)
-        that `op` with static attributes `attrs` (a tuple of (name, value)) would return for
-        `inputs`, without the dispatcher computing it."""
-        raise NotImplementedError
-
-    def read(self, tensor: Any) -> Any:
-        """Return the array an op should use for `tensor` (a tracer, during capture)."""
-        return tensor._data
-
-    def rebind(self, tensor: Any, value: Any) -> None:
-        """Called before `tensor`'s storage is replaced by `value`."""
-
-    def value_read(self, tensor: Any, what: str) -> None:
-        """Called before a host read of `tensor`'s value (`what` is e.g. ".item()"); may raise."""
-
-    def created(self, tensor: Any) -> None:
-        """Called for every Tensor created while the capture is active."""
-
-    def module_call(self, module: Any) -> None:
-        """Called when a Module is called."""
-
-    def module_created(self, module: Any) -> None:
-        """Called when a Module is constructed (before its attributes are set)."""
-
-    def module_setattr(self, module: Any, name: str, old: Any, value: Any) -> None:
-        """Called before `module.name = value` replaces `old`; may raise."""
-
-    def grad_read(self, tensor: Any) -> None:
-        """Called before `tensor.grad` is read."""
-
-    def grad_write(self, tensor: Any, value: Any) -> None:
-        """Called before `tensor.grad` is set to `value` (a Tensor or None)."""
-
-    def hyper(self, optimizer: Any, group: dict, key: str, value: Any) -> Any:
-        """Return the value `optimizer` should use for hyper-parameter `key` of its param group
-        `group` (an input array, during capture)."""
-        return value
-
-    def untracked(self, array: Any) -> Any:
-        """Return the array for the output of a differentiable op that records no gradient
-        history (inside `no_grad`, `detach()`, inputs that need no gradient). A capture that is
-        differentiated as a whole cuts the gradient there, as the eager tape does."""
-        return array
-
-    def function_call(self, function: Any) -> None:
-        """Called when a custom autodiff `Function` is called; may raise."""
-
-    def backward(self, manager: Any) -> None:
-        """Called when `GradManager.backward` starts; may raise."""
-
-
-active: CaptureHooks | None = None
-epoch = 0
-
-
-class capturing:  # noqa: N801  (used as a function: `with capturing(hooks):`)
-    """Install `hooks` for the duration of the block (nesting restores the outer hooks);
-    `None` runs the block plainly eagerly, e.g. a block a capture excludes. (A class rather
-    than a generator: regions with graph breaks enter it several times per call.)"""
-
-    __slots__ = ("hooks", "outer")
-
-    def __init__(self, hooks: CaptureHooks | None):
-        self.hooks = hooks
-
-    def __enter__(self) -> CaptureHooks | None:
-        global active
-        self.outer, active = active, self.hooks
-        return self.hooks
-
-    def __exit__(self, *exc: Any) -> None:
-        global active
-        active = self.outer
-
-
-def bump_epoch() -> None:
-    """Record that some module's structure or training flag changed."""
-    global epoch
-    epoch += 1
+__all__ = [
+    "CaptureHooks", "atomic", "bump_epoch", "capturing", "current", "epoch", "wrap",
+    "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
+    "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
+    "tape_state", "set_tape_state", "leaf_dependencies",
+]
 
 
 # ----- the tape surface -----------------------------------------------------------------------
-def wrap(array: Any) -> Any:
-    """A Tensor holding `array` as it is: no copy, no device move, no gradient history."""
-    return _tensor._wrap(array)
-
-
-def is_recording() -> bool:
-    """True when an op on a tensor with gradient history would be recorded now."""
-    return _tape.is_recording()
+wrap = _tensor._wrap  # a Tensor holding an array as it is: no copy, no device move, no history
+is_recording = _tape.is_recording  # whether an op on a tracked tensor would be recorded now
 
 
 def needs_grad(tensor: Any) -> bool:
@@ -186,8 +101,8 @@ def assign(targets: Sequence[Any], sources: Sequence[Any]) -> None:
     a compiled call writes its results back into the tensors a region updated."""
     for t, s in zip(targets, sources):
         if t is not None:
-            if active is not None:
-                active.rebind(t, s._data)
+            if (h := current()) is not None:
+                h.rebind(t, s._data)
             t._data, t._node, t._out_idx = s._data, s._node, s._out_idx
 
 
@@ -218,24 +133,15 @@ def unmark_leaf(tensor: Any) -> None:
 
 
 def tape_state() -> tuple[int, int]:
-    """The global recording state (recording GradManagers, no_grad depth)."""
-    return _tape.STATE.recording, _tape.STATE.paused
+    """This thread's recording state (recording GradManagers, no_grad depth)."""
+    return _tape.state()
 
 
 def set_tape_state(state: tuple[int, int]) -> None:
-    """Set the global recording state, e.g. to record privately during a capture."""
-    _tape.STATE.recording, _tape.STATE.paused = state
+    """Set this thread's recording state, e.g. to record privately during a capture."""
+    _tape.set_state(state)
 
 
 def leaf_dependencies(tensors: Sequence[Any]) -> list[list[Any]]:
     """For each tensor, the leaf tensors its recorded gradient history reaches."""
     return _tape.leaf_dependencies(tensors)
-
-
-# Imported last: tensor.py and tape.py import this module.
-from . import tape as _tape  # noqa: E402
-from . import tensor as _tensor  # noqa: E402
-
-# The bridge calls these once per output and per call: bind them directly (same behaviour).
-wrap = _tensor._wrap  # noqa: F811
-is_recording = _tape.is_recording  # noqa: F811

@@ -11,6 +11,7 @@ processing reachable nodes by decreasing sequence number is a valid reverse topo
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,23 +21,30 @@ import jax.numpy as jnp
 
 from .errors import BackwardError
 
-
-class _State:
-    __slots__ = ("recording", "paused")
-
-    def __init__(self) -> None:
-        self.recording = 0  # how many GradManagers are recording now
-        self.paused = 0  # > 0 inside no_grad() and custom Function forwards
-
-
-STATE = _State()
+# Per thread: (how many GradManagers record now, no_grad / Function-forward depth). A
+# GradManager recording in one thread never makes another thread's ops record.
+_STATE: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
+    "eager_tape", default=(0, 0))
+state = _STATE.get
 _seq = itertools.count()
 _add = jax.jit(jnp.add)
 
 
+def set_state(new: tuple[int, int]) -> None:
+    """Set this thread's recording state `(recording managers, no_grad depth)`."""
+    _STATE.set(new)
+
+
+def change(recording: int = 0, paused: int = 0) -> None:
+    """Add to this thread's counts of recording managers and no_grad depth."""
+    r, p = _STATE.get()
+    _STATE.set((r + recording, p + paused))
+
+
 def is_recording() -> bool:
     """True when an op on a tensor with gradient history would be recorded now."""
-    return STATE.recording > 0 and STATE.paused == 0
+    r, p = _STATE.get()
+    return r > 0 and p == 0
 
 
 class Node:

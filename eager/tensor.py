@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import device as _device
-from . import hooks, tape
+from . import tape
+from .context import current as _current
 from .ops import OPS, Op
 
 _FLOAT = np.dtype(np.float32)
@@ -43,8 +44,8 @@ class Tensor:
         self._out_idx = 0
         self._tracked = 0
         self._grad = None
-        if hooks.active is not None:
-            hooks.active.created(self)
+        if (h := _current()) is not None:
+            h.created(self)
 
     # ----- properties -----------------------------------------------------------------------
     @property
@@ -73,8 +74,8 @@ class Tensor:
     @property
     def grad(self) -> Tensor | None:
         """The accumulated gradient (a Tensor) or None; assignable."""
-        if hooks.active is not None:
-            hooks.active.grad_read(self)
+        if (h := _current()) is not None:
+            h.grad_read(self)
         return self._grad
 
     @grad.setter
@@ -84,14 +85,14 @@ class Tensor:
                 raise TypeError(f".grad must be a Tensor or None, got {type(value).__name__}")
             if value.shape != self.shape:
                 raise ValueError(f".grad of shape {value.shape} for a tensor of shape {self.shape}")
-        if hooks.active is not None:
-            hooks.active.grad_write(self, value)
+        if (h := _current()) is not None:
+            h.grad_write(self, value)
         self._grad = value
 
     # ----- value reads ----------------------------------------------------------------------
     def _host(self, what: str) -> np.ndarray:
-        if hooks.active is not None:
-            hooks.active.value_read(self, what)
+        if (h := _current()) is not None:
+            h.value_read(self, what)
         return np.asarray(self._data)
 
     def numpy(self) -> np.ndarray:
@@ -157,7 +158,7 @@ class Tensor:
     # ----- conversions ----------------------------------------------------------------------
     def detach(self) -> Tensor:
         """A tensor with the same value and no gradient history."""
-        h = hooks.active
+        h = _current()
         return _wrap(read(self) if h is None else h.untracked(h.read(self)))
 
     def astype(self, dtype: Any) -> Tensor:
@@ -264,14 +265,15 @@ _ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
 # ----- storage: the one read accessor, the one rebind -------------------------------------------
 def read(t: Tensor) -> Any:
     """The array behind `t`, as an op sees it (a tracer during capture)."""
-    return t._data if hooks.active is None else hooks.active.read(t)
+    h = _current()
+    return t._data if h is None else h.read(t)
 
 
 def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0) -> None:
     """Replace `t`'s storage with `value` (and its grad history with `node`): `x[i] = v`,
     optimizer updates, BatchNorm statistics, RNG state and loading all go through here."""
-    if hooks.active is not None:
-        hooks.active.rebind(t, value)
+    if (h := _current()) is not None:
+        h.rebind(t, value)
     t._data, t._node, t._out_idx = value, node, out_idx
 
 
@@ -279,8 +281,8 @@ def _wrap(array: Any) -> Tensor:
     """A Tensor holding `array` as it is: no copy, no device move, no gradient history."""
     t = Tensor.__new__(Tensor)
     t._data, t._node, t._out_idx, t._tracked, t._grad = array, None, 0, 0, None
-    if hooks.active is not None:
-        hooks.active.created(t)
+    if (h := _current()) is not None:
+        h.created(t)
     return t
 
 
@@ -313,11 +315,12 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     Returns a Tensor, or a tuple of Tensors for multi-output ops.
     """
     key = tuple(attrs.items()) if attrs else ()
-    h = hooks.active
+    h = _current()
     if h is not None and h.defers:
         return h.defer(op, key, inputs)
     fn = op._fwd.get(key) or op.jitted(key)
-    record = op.differentiable and tape.STATE.recording and not tape.STATE.paused
+    recording, paused = tape.state()
+    record = op.differentiable and recording and not paused
     arrays = []
     mask: list[int] = []
     for i, x in enumerate(inputs):

@@ -85,7 +85,7 @@ class Program:
     state_ids: frozenset  # ids of module/optimizer state tensors reachable at capture
     settle: list = field(default_factory=list)  # (weakref, result): capture-time result objects
     seconds: float = 0.0
-    epoch: int = 0  # eager.hooks.epoch before the capture ran
+    epoch: int = 0  # eager.hooks.epoch() before the capture ran
 
     def function(self) -> Callable[..., list]:
         """The pure function over (argument arrays, extra input arrays)."""
@@ -461,7 +461,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
     for o in call.objects:
         if isinstance(o, eg.optimizer.Optimizer):
             cap.see_optimizer(o)
-    epoch = hooks.epoch
+    epoch = hooks.epoch()
     saved_tape = hooks.tape_state()
     failed = True
 

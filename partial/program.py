@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 import eager as eg
 from autograd_bridge import SegmentFunction
-from xla_segments import Segment
+from xla_segments import CompileOptions, Segment
 
 from .capture import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT, Program
 from .errors import NotDifferentiableError
@@ -79,7 +79,7 @@ class Entry:
             if donate and dest() is not None and id(dest()) in position))
         self.copies = 0  # donated buffers that were shared and had to be copied first
         self.segment = Segment(program.function(), program.in_avals, name=name,
-                               donate=self.donated)
+                               options=CompileOptions(donate=self.donated))
         self.function = SegmentFunction(self.segment, program.deps, name)
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef
@@ -111,7 +111,7 @@ class Entry:
     # ----- guards --------------------------------------------------------------------------
     def check(self, call: Call) -> str | None:
         """None when this entry can serve `call`; otherwise what differs."""
-        if self.simple_guards and self.epoch == hooks.epoch:
+        if self.simple_guards and self.epoch == hooks.epoch():
             for t in call.tensors:
                 if id(t) in self.state_ids:
                     break
@@ -120,11 +120,11 @@ class Entry:
         reason = self._arguments_changed(call)
         if reason:
             return reason
-        if self.epoch != hooks.epoch:
+        if self.epoch != hooks.epoch():
             reason = self._structure_changed()
             if reason:
                 return reason
-            self.epoch = hooks.epoch
+            self.epoch = hooks.epoch()
         for ref, had in self.grad_presence:
             owner = ref()
             if owner is None:

@@ -65,7 +65,7 @@ class TracedFunction:
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if hooks.active is not None:  # inside another region's capture: become part of it
+        if hooks.current() is not None:  # inside another region's capture: become part of it
             return self._fn(*args, **kwargs)
         if self._breaks is not None:
             return self._run_with_breaks(args, kwargs)
@@ -394,7 +394,7 @@ def exclude_from_trace() -> Iterator[None]:
     >>> seen
     [4.0, 4.0]
     """
-    h = hooks.active
+    h = hooks.current()
     if h is None:
         yield
         return

@@ -4,9 +4,11 @@ Pure jax, no Tensors. A `Segment` holds a function over arrays and its abstract 
 builds, on demand, the inference forward and, per gradient signature, the training forward
 (outputs and residuals, from `jax.vjp`) and the backward (input gradients from residuals and
 output cotangents). Each `Executable` reports its compile time, XLA's cost and memory analyses
-and its HLO.
+and its HLO. How a segment is compiled (donation, shardings, XLA compiler options,
+rematerialization) is one hashable `CompileOptions` value.
 """
 
+from .options import CompileOptions
 from .segment import Executable, Segment
 
-__all__ = ["Segment", "Executable"]
+__all__ = ["Segment", "Executable", "CompileOptions"]

@@ -6,13 +6,16 @@ A segment owns up to three kinds of executables, each compiled once, on first us
 - per gradient signature (which inputs to differentiate, which outputs carry a gradient), the
   training forward `(*inputs) -> (outputs, residuals)` and the backward
   `(residuals, cotangents) -> input gradients`, both from `jax.vjp` of the same function, so the
-  residuals are exactly what jax decides the backward needs.
+  residuals are exactly what jax decides the backward needs (or, with `remat`, what the
+  `jax.checkpoint` policy lets it keep).
 
-Nothing here knows about Tensors: callers pass arrays and get arrays back.
+How they are compiled (donation, shardings, XLA options, rematerialization) is one
+`CompileOptions` value. Nothing here knows about Tensors: callers pass arrays and get arrays back.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,19 +23,23 @@ from typing import Any
 
 import jax
 
+from .options import CompileOptions
+
 
 @dataclass
 class Executable:
     """One compiled executable and what it cost to build.
 
     `compiled` is the `jax.stages.Compiled` (call it directly on the hot path); `lowered` gives
-    the StableHLO; `seconds` is the time spent tracing, lowering and compiling.
+    the StableHLO; `seconds` is the time spent tracing, lowering and compiling;
+    `compiler_options` the XLA options it was compiled with.
     """
 
     kind: str
     compiled: Any
     lowered: Any
     seconds: float
+    compiler_options: dict = field(default_factory=dict)
 
     def __call__(self, *args: Any) -> Any:
         return self.compiled(*args)
@@ -59,7 +66,8 @@ class Segment:
         in_avals: one `jax.ShapeDtypeStruct` (or array) per input; a sharding on it places
             the executables' inputs (and so the computation).
         name: used in the names of the compiled executables and in error messages.
-        donate: indices of inputs the inference forward may donate (their buffers are consumed).
+        options: how to compile (`CompileOptions`): donation and shardings of the inference
+            forward, XLA options, rematerialization of the training forward.
 
     >>> import jax.numpy as jnp
     >>> seg = Segment(lambda x, w: (jnp.tanh(x @ w),), [jnp.ones((2, 3)), jnp.ones((3, 4))])
@@ -69,18 +77,22 @@ class Segment:
     >>> outs, res = fwd(jnp.ones((2, 3)), jnp.zeros((3, 4)))
     >>> bwd(res, (jnp.ones((2, 4)),))[0].shape
     (3, 4)
+    >>> Segment(seg.fn, seg.in_avals, options=CompileOptions(remat=True)).residual_bytes(
+    ...     wrt=(1,), diff_outputs=(0,)) <= seg.residual_bytes(wrt=(1,), diff_outputs=(0,))
+    True
     """
 
     fn: Callable[..., Sequence[Any]]
     in_avals: Sequence[Any]
     name: str = "segment"
-    donate: tuple[int, ...] = ()
+    options: CompileOptions = CompileOptions()
     _avals: tuple = field(init=False, repr=False)
     _forward: Executable | None = field(default=None, init=False, repr=False)
     _vjps: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._avals = tuple(_abstract(a) for a in self.in_avals)
+        _check_options(self.options, len(self._avals), self.name)
 
     @property
     def compile_seconds(self) -> float:
@@ -106,7 +118,13 @@ class Segment:
                 return tuple(fn(*inputs))
 
             forward.__name__ = f"{self.name}_forward"
-            self._forward = _compile("forward", forward, self._avals, self.donate)
+            opts = self.options
+            jit_args: dict[str, Any] = {"donate_argnums": opts.donate}
+            if opts.in_shardings is not None:
+                jit_args["in_shardings"] = opts.in_shardings
+            if opts.out_shardings is not None:
+                jit_args["out_shardings"] = opts.out_shardings
+            self._forward = _compile("forward", forward, self._avals, opts, jit_args)
         return self._forward
 
     def vjp(self, wrt: tuple[int, ...],
@@ -117,13 +135,14 @@ class Segment:
         `forward(*inputs) -> (outputs, residuals)` returns every output; `backward(residuals,
         cotangents) -> gradients` takes one cotangent per entry of `diff_outputs` and returns one
         gradient per entry of `wrt`. Outputs outside `diff_outputs` are treated as constants.
+        The function is differentiated under `options.remat`'s `jax.checkpoint` policy, if any.
         """
         key = (tuple(wrt), tuple(diff_outputs))
         pair = self._vjps.get(key)
         if pair is None:
-            fwd = _vjp_forward(self.fn, *key)
+            fwd = _vjp_forward(_rematerialized(self.fn, self.options), *key)
             fwd.__name__ = f"{self.name}_forward_vjp"
-            fwd_exe = _compile("forward_vjp", fwd, self._avals, ())
+            fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
             # Shapes from the lowering, placements from the executable (where outputs land).
             placed = jax.tree.map(
                 lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype,
@@ -136,9 +155,18 @@ class Segment:
                 return tuple(residuals(cotangents))
 
             backward.__name__ = f"{self.name}_backward"
-            bwd_exe = _compile("backward", backward, (res, cts), ())
+            bwd_exe = _compile("backward", backward, (res, cts), self.options)
             pair = self._vjps[key] = (fwd_exe, bwd_exe)
         return pair
+
+    def residual_bytes(self, wrt: tuple[int, ...], diff_outputs: tuple[int, ...]) -> int:
+        """Bytes of the residuals the training forward for this gradient signature returns (what
+        is held from forward to backward; `remat` trades it for recomputation). Builds the pair
+        of executables if needed."""
+        fwd, _ = self.vjp(wrt, diff_outputs)
+        _, residuals = fwd.lowered.out_info
+        return sum(math.prod(info.shape) * info.dtype.itemsize
+                   for info in jax.tree.leaves(residuals))
 
 
 def _abstract(a: Any) -> jax.ShapeDtypeStruct:
@@ -146,6 +174,32 @@ def _abstract(a: Any) -> jax.ShapeDtypeStruct:
     inputs live)."""
     return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False),
                                 sharding=getattr(a, "sharding", None))
+
+
+def _check_options(options: Any, n_inputs: int, name: str) -> None:
+    """What `CompileOptions` cannot check alone: that it fits this segment's inputs."""
+    if not isinstance(options, CompileOptions):
+        raise TypeError(f"Segment {name!r}: options must be a CompileOptions, "
+                        f"got {type(options).__name__}")
+    bad = [i for i in options.donate if i >= n_inputs]
+    if bad:
+        raise ValueError(f"Segment {name!r}: CompileOptions.donate has input indices {bad} "
+                         f"but the segment has {n_inputs} inputs")
+    if options.in_shardings is not None and len(options.in_shardings) != n_inputs:
+        raise ValueError(f"Segment {name!r}: CompileOptions.in_shardings has "
+                         f"{len(options.in_shardings)} entries for {n_inputs} inputs")
+
+
+def _rematerialized(fn: Callable, options: CompileOptions) -> Callable:
+    """`fn` under the `jax.checkpoint` policy of `options.remat` (itself when no remat)."""
+    policy = options.remat_policy()
+    if policy is None:
+        return fn
+
+    def segment_fn(*inputs: Any) -> tuple:
+        return tuple(fn(*inputs))
+
+    return jax.checkpoint(segment_fn, policy=policy)
 
 
 def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ...]) -> Callable:
@@ -163,9 +217,11 @@ def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ..
     return forward
 
 
-def _compile(kind: str, fn: Callable, avals: Sequence[Any],
-             donate: tuple[int, ...]) -> Executable:
+def _compile(kind: str, fn: Callable, avals: Sequence[Any], options: CompileOptions,
+             jit_args: dict[str, Any] | None = None) -> Executable:
     start = time.perf_counter()
-    lowered = jax.jit(fn, donate_argnums=donate).trace(*avals).lower()
-    compiled = lowered.compile()
-    return Executable(kind, compiled, lowered, time.perf_counter() - start)
+    lowered = jax.jit(fn, **(jit_args or {})).trace(*avals).lower()
+    xla_options = options.for_kind(kind)
+    # None, not {}, when there are none: exactly the call made before options existed.
+    compiled = lowered.compile(compiler_options=xla_options or None)
+    return Executable(kind, compiled, lowered, time.perf_counter() - start, xla_options)

@@ -3,7 +3,7 @@
 Attributes are scanned in the order they were set; Tensors and Modules inside lists, tuples and
 dicts count too (named `attr.0`, `attr.key`). A `Parameter` is a parameter, any other Tensor a
 buffer. Setting a Tensor or Module attribute bumps `structure_version`; setting any attribute,
-or changing training mode, bumps `eager.hooks.epoch`, which a capture's guards watch.
+or changing training mode, bumps `eager.hooks.epoch()`, which a capture's guards watch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .. import hooks
+from .. import context
 from ..tensor import Parameter, Tensor, rebind
 
 
@@ -37,25 +37,25 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "structure_version", 0)
-        if hooks.active is not None:
-            hooks.active.module_created(self)
+        if (h := context.current()) is not None:
+            h.module_created(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
         old = self.__dict__.get(name)
-        if hooks.active is not None:
-            hooks.active.module_setattr(self, name, old, value)
+        if (h := context.current()) is not None:
+            h.module_setattr(self, name, old, value)
         if _is_state(value) or _is_state(old) or isinstance(value, (list, tuple, dict)):
             version = self.__dict__.get("structure_version", 0) + 1
             object.__setattr__(self, "structure_version", version)
-        hooks.bump_epoch()
         object.__setattr__(self, name, value)
+        context.bump_epoch()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if hooks.active is not None:
-            hooks.active.module_call(self)
+        if (h := context.current()) is not None:
+            h.module_call(self)
         return self.forward(*args, **kwargs)
 
     # ----- discovery ------------------------------------------------------------------------
@@ -115,7 +115,7 @@ class Module:
         """Set training mode on this module and every sub-module; returns self."""
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
-        hooks.bump_epoch()
+        context.bump_epoch()
         return self
 
     def eval(self) -> Module:

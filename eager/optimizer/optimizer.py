@@ -1,7 +1,7 @@
 """`Optimizer`: param groups, per-parameter state created up front, and state dicts.
 
 Every update runs through the op dispatcher with the numeric hyper-parameters as inputs (read
-through `hooks.active.hyper` during a capture), so a capture sees the update and a schedule can
+through the active capture's `hyper` hook), so a capture sees the update and a schedule can
 change `lr` without recompiling.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .. import hooks
+from .. import context
 from ..tensor import Tensor, rebind
 
 
@@ -51,7 +51,7 @@ class Optimizer:
         self.param_groups.append(group)
         for p in ps:
             self.state[p] = self._init_state(p, group)
-        hooks.bump_epoch()
+        context.bump_epoch()
 
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {}
@@ -62,7 +62,8 @@ class Optimizer:
     def hyper(self, group: dict[str, Any], key: str) -> Any:
         """The value of hyper-parameter `key` an update uses (an input during capture)."""
         value = group[key]
-        return value if hooks.active is None else hooks.active.hyper(self, group, key, value)
+        h = context.current()
+        return value if h is None else h.hyper(self, group, key, value)
 
     def step(self) -> Optimizer:
         """Update every parameter that has a gradient; returns self."""
@@ -114,7 +115,7 @@ class Optimizer:
                     rebind(own_state[k], jnp.asarray(arr, own_state[k].dtype))
                 else:
                     own_state[k] = Tensor(arr)
-                    hooks.bump_epoch()
+                    context.bump_epoch()
 
 
 __all__ = ["Optimizer"]

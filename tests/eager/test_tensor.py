@@ -261,7 +261,7 @@ def test_capture_hooks_see_reads_rebinds_values_modules_and_hyper_parameters():
         x[0, 0] = 5.0
         net.weight.grad = eg.ones((1, 2))
         opt.step()
-    assert hooks.active is None
+    assert hooks.current() is None
     ev = rec.events
     assert ev[0] == "call Linear" and ev[1:4] == ["read"] * 3 and ev[4] == "created"
     assert "value_read .item()" in ev and "rebind" in ev

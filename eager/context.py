@@ -1,0 +1,167 @@
+"""Per-thread execution context: the capture observing eager execution, the structure epoch, and
+commits that a Ctrl-C cannot cut in half.
+
+The capture hooks are held in a `contextvars.ContextVar`, so a capture running in one thread never
+sees eager code running in another (each thread starts with no capture). The tape's recording
+state is per thread the same way (`tape.py`). `epoch` is process-wide on purpose: it counts
+changes of module structure, which is shared state.
+
+This module imports nothing from the rest of `eager`: tensors, modules, optimizers and the tape
+import it, and `hooks.py` re-exports it as the documented surface for captures.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import signal
+import threading
+from typing import Any
+
+
+class CaptureHooks:
+    """The interface a capture implements; the defaults here are what eager does without one.
+
+    A capture that sets `defers` receives every op call through `defer` instead of the
+    dispatcher running it: a lazy capture records the op and returns placeholder outputs.
+    """
+
+    defers = False
+
+    def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
+        """With `defers` set: return the Tensor (or tuple of Tensors, for multi-output ops)
+        that `op` with static attributes `attrs` (a tuple of (name, value)) would return for
+        `inputs`, without the dispatcher computing it."""
+        raise NotImplementedError
+
+    def read(self, tensor: Any) -> Any:
+        """Return the array an op should use for `tensor` (a tracer, during capture)."""
+        return tensor._data
+
+    def rebind(self, tensor: Any, value: Any) -> None:
+        """Called before `tensor`'s storage is replaced by `value`."""
+
+    def value_read(self, tensor: Any, what: str) -> None:
+        """Called before a host read of `tensor`'s value (`what` is e.g. ".item()"); may raise."""
+
+    def created(self, tensor: Any) -> None:
+        """Called for every Tensor created while the capture is active."""
+
+    def module_call(self, module: Any) -> None:
+        """Called when a Module is called."""
+
+    def module_created(self, module: Any) -> None:
+        """Called when a Module is constructed (before its attributes are set)."""
+
+    def module_setattr(self, module: Any, name: str, old: Any, value: Any) -> None:
+        """Called before `module.name = value` replaces `old`; may raise."""
+
+    def grad_read(self, tensor: Any) -> None:
+        """Called before `tensor.grad` is read."""
+
+    def grad_write(self, tensor: Any, value: Any) -> None:
+        """Called before `tensor.grad` is set to `value` (a Tensor or None)."""
+
+    def hyper(self, optimizer: Any, group: dict, key: str, value: Any) -> Any:
+        """Return the value `optimizer` should use for hyper-parameter `key` of its param group
+        `group` (an input array, during capture)."""
+        return value
+
+    def hyper_write(self, optimizer: Any, group: dict, key: str, value: Any) -> None:
+        """Called before a param group's setting `key` is set to `value` (`sched.step()`,
+        `opt.param_groups[0]["lr"] = ...`); may raise."""
+
+    def attach(self, manager: Any, tensors: list) -> None:
+        """Called before a GradManager attaches `tensors`."""
+
+    def untracked(self, array: Any) -> Any:
+        """Return the array for the output of a differentiable op that records no gradient
+        history (inside `no_grad`, `detach()`, inputs that need no gradient). A capture that is
+        differentiated as a whole cuts the gradient there, as the eager tape does."""
+        return array
+
+    def function_call(self, function: Any) -> None:
+        """Called when a custom autodiff `Function` is called; may raise."""
+
+    def backward(self, manager: Any) -> None:
+        """Called when `GradManager.backward` starts; may raise."""
+
+
+_ACTIVE: contextvars.ContextVar[CaptureHooks | None] = contextvars.ContextVar(
+    "eager_capture", default=None)
+current = _ACTIVE.get  # the capture active in this thread, or None (one C call: the hot path)
+
+
+class capturing:  # noqa: N801  (used as a function: `with capturing(hooks):`)
+    """Install `hooks` in this thread for the duration of the block (nesting restores the outer
+    hooks); `None` runs the block plainly eagerly, e.g. a block a capture excludes. (A class
+    rather than a generator: regions with graph breaks enter it several times per call.)"""
+
+    __slots__ = ("hooks", "token")
+
+    def __init__(self, hooks: CaptureHooks | None):
+        self.hooks = hooks
+
+    def __enter__(self) -> CaptureHooks | None:
+        self.token = _ACTIVE.set(self.hooks)
+        return self.hooks
+
+    def __exit__(self, *exc: Any) -> None:
+        _ACTIVE.reset(self.token)
+
+
+_epoch = [0]
+
+
+def bump_epoch() -> None:
+    """Record that some module's structure or training flag changed (call it after the
+    change, so a guard that re-validates on the new epoch sees the new structure)."""
+    _epoch[0] += 1
+
+
+def epoch() -> int:
+    """How many structure changes `bump_epoch` recorded: a cache re-validates its module
+    guards only when this moved, so the common call checks one integer."""
+    return _epoch[0]
+
+
+# ----- commits ---------------------------------------------------------------------------------
+_depth = threading.local()
+
+
+class atomic:  # noqa: N801  (used as a function: `with atomic():`)
+    """Defer Ctrl-C (SIGINT) until the block ends, so that a commit (binding the new buffers of
+    several tensors, after the old ones were donated) is never cut in half: the
+    `KeyboardInterrupt` is raised right after the block instead. Signals reach only the main
+    thread, so elsewhere this does nothing; nested blocks defer to the outermost.
+
+    >>> with atomic():
+    ...     pass
+    """
+
+    __slots__ = ("old", "pending")
+
+    def __enter__(self) -> atomic:
+        self.old = None
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        depth = getattr(_depth, "n", 0)
+        _depth.n = depth + 1
+        if depth == 0:
+            self.pending = False
+            old = signal.getsignal(signal.SIGINT)
+            if callable(old):  # a Python handler (the default raises KeyboardInterrupt)
+                self.old = old
+                signal.signal(signal.SIGINT, self._defer)
+        return self
+
+    def _defer(self, signum: int, frame: Any) -> None:
+        self.pending = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        _depth.n -= 1
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+            if self.pending:
+                self.old(signal.SIGINT, None)

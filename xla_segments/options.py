@@ -1,0 +1,186 @@
+"""`CompileOptions`: how a `Segment` builds its executables (design decision 12).
+
+One frozen, hashable value holds everything that changes the code XLA produces for a segment:
+which inputs the inference forward may donate, its input and output shardings, XLA compiler
+options (for every executable, and per kind of executable), and the rematerialization policy of
+the training forward. Being hashable, it can be part of a cache key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+#: The kinds of executables a `Segment` builds, as named in `executable_options`.
+EXECUTABLE_KINDS = ("forward", "forward_vjp", "backward")
+
+#: Accepted values of `CompileOptions.remat`.
+REMAT_VALUES = (False, True, "dots")
+
+# What XLA's option parser takes (anything else fails in the binding with an unreadable error).
+_OPTION_VALUE_TYPES = (str, bool, int, float)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a `Segment` compiles: donation, shardings, XLA options, rematerialization.
+
+    Args:
+        donate: indices of the inputs the inference forward may donate (their buffers are
+            consumed by the call and deleted).
+        in_shardings: one sharding per input of the inference forward, given to
+            `jax.jit(in_shardings=...)`; they must agree with shardings carried by the segment's
+            `in_avals` (jax checks). None: the inputs' own shardings.
+        out_shardings: a sharding, or a tuple with one per output, for the inference forward
+            (`jax.jit(out_shardings=...)`). None: XLA chooses (as `jax.jit` does).
+        compiler_options: `(name, value)` XLA options for every executable, e.g.
+            `(("xla_cpu_enable_fast_math", True),)`; a mapping is accepted and sorted.
+        executable_options: `(kind, ((name, value), ...))` options for one kind of executable
+            only ("forward", "forward_vjp" or "backward"), overriding `compiler_options`.
+        remat: the training forward's residuals. False: whatever `jax.vjp` keeps; True: only the
+            inputs (`jax.checkpoint`, nothing saveable: the backward recomputes the forward);
+            "dots": also the outputs of matmuls and convolutions
+            (`jax.checkpoint_policies.dots_saveable`), everything else is recomputed.
+
+    Options compare and hash by value; `with_` returns a changed copy, validated again.
+
+    >>> opts = CompileOptions(donate=(0,), compiler_options={"xla_cpu_enable_fast_math": True})
+    >>> opts.compiler_options
+    (('xla_cpu_enable_fast_math', True),)
+    >>> opts.with_(remat=True) == CompileOptions(donate=(0,), remat=True,
+    ...                                          compiler_options=opts.compiler_options)
+    True
+    >>> opts.for_kind("backward")
+    {'xla_cpu_enable_fast_math': True}
+    """
+
+    donate: tuple[int, ...] = ()
+    in_shardings: tuple | None = None
+    out_shardings: Any = None
+    compiler_options: tuple[tuple[str, Any], ...] = ()
+    executable_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    remat: bool | str = False
+
+    def __post_init__(self) -> None:
+        normalized = {
+            "donate": _donate(self.donate),
+            "in_shardings": _in_shardings(self.in_shardings),
+            "out_shardings": (tuple(self.out_shardings) if isinstance(self.out_shardings, list)
+                              else self.out_shardings),
+            "compiler_options": _xla_options("compiler_options", self.compiler_options),
+            "executable_options": _executable_options(self.executable_options),
+            "remat": _remat(self.remat),
+        }
+        for name, value in normalized.items():
+            _check_hashable(name, value)
+            object.__setattr__(self, name, value)
+
+    def with_(self, **changes: Any) -> CompileOptions:
+        """A copy with `changes` applied (and validated), like `dataclasses.replace`."""
+        return dataclasses.replace(self, **changes)
+
+    def for_kind(self, kind: str) -> dict[str, Any]:
+        """The XLA options for one kind of executable: `compiler_options`, then that kind's
+        `executable_options` over them."""
+        if kind not in EXECUTABLE_KINDS:
+            raise ValueError(f"unknown executable kind {kind!r}; kinds: {EXECUTABLE_KINDS}")
+        merged = dict(self.compiler_options)
+        merged.update(dict(self.executable_options).get(kind, ()))
+        return merged
+
+    def remat_policy(self) -> Any:
+        """The `jax.checkpoint` policy for `remat`, or None when nothing is rematerialized."""
+        if self.remat is False:
+            return None
+        if self.remat is True:
+            return jax.checkpoint_policies.nothing_saveable
+        return jax.checkpoint_policies.dots_saveable
+
+
+def _donate(donate: Any) -> tuple[int, ...]:
+    items = (donate,) if isinstance(donate, int) else donate
+    try:
+        items = tuple(items)
+    except TypeError:
+        raise TypeError(f"CompileOptions.donate must be a tuple of input indices, "
+                        f"got {donate!r}") from None
+    for i in items:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"CompileOptions.donate must hold int input indices, got {i!r}")
+        if i < 0:
+            raise ValueError(f"CompileOptions.donate: input index {i} is negative")
+    return tuple(sorted(set(items)))
+
+
+def _in_shardings(in_shardings: Any) -> tuple | None:
+    if in_shardings is None or isinstance(in_shardings, tuple):
+        return in_shardings
+    if isinstance(in_shardings, list):
+        return tuple(in_shardings)
+    raise TypeError(f"CompileOptions.in_shardings must be None or a tuple with one sharding "
+                    f"per input, got {type(in_shardings).__name__}")
+
+
+def _xla_options(field: str, options: Any) -> tuple[tuple[str, Any], ...]:
+    """`(name, value)` pairs, sorted by name, each checked to be something XLA can parse."""
+    pairs = options.items() if isinstance(options, Mapping) else options
+    try:
+        pairs = [tuple(p) for p in pairs]
+    except TypeError:
+        raise TypeError(f"CompileOptions.{field} must be (name, value) pairs or a mapping, "
+                        f"got {options!r}") from None
+    for pair in pairs:
+        if len(pair) != 2 or not isinstance(pair[0], str):
+            raise TypeError(f"CompileOptions.{field}: {pair!r} is not a (name, value) pair")
+        if not isinstance(pair[1], _OPTION_VALUE_TYPES):
+            raise TypeError(f"CompileOptions.{field}: option {pair[0]!r} has a value of type "
+                            f"{type(pair[1]).__name__}; XLA takes str, bool, int or float")
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"CompileOptions.{field}: an option is given twice in {names}")
+    return tuple(sorted(pairs))
+
+
+def _executable_options(options: Any) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
+    per_kind = options.items() if isinstance(options, Mapping) else options
+    try:
+        per_kind = [tuple(p) for p in per_kind]
+    except TypeError:
+        raise TypeError(f"CompileOptions.executable_options must be (kind, options) pairs or a "
+                        f"mapping, got {options!r}") from None
+    out = {}
+    for pair in per_kind:
+        if len(pair) != 2:
+            raise TypeError(f"CompileOptions.executable_options: {pair!r} is not a "
+                            f"(kind, options) pair")
+        kind, kind_options = pair
+        if kind not in EXECUTABLE_KINDS:
+            raise ValueError(f"CompileOptions.executable_options: unknown executable kind "
+                             f"{kind!r}; kinds: {EXECUTABLE_KINDS}")
+        if kind in out:
+            raise ValueError(f"CompileOptions.executable_options: kind {kind!r} given twice")
+        out[kind] = _xla_options(f"executable_options[{kind!r}]", kind_options)
+    return tuple(sorted(out.items()))
+
+
+def _remat(remat: Any) -> bool | str:
+    if isinstance(remat, bool):
+        return remat
+    if isinstance(remat, str):
+        if remat in REMAT_VALUES:
+            return remat
+        raise ValueError(f"CompileOptions.remat: unknown value {remat!r}; "
+                         f"accepted: {REMAT_VALUES}")
+    raise TypeError(f"CompileOptions.remat must be a bool or 'dots', got {remat!r}")
+
+
+def _check_hashable(name: str, value: Any) -> None:
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(f"CompileOptions.{name} must be hashable (options are cache keys), "
+                        f"got {value!r}") from None
