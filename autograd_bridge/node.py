@@ -3,7 +3,8 @@
 When a GradManager records and some input needs a gradient, the call runs the segment's training
 forward, keeps its residuals in one tape node and returns Tensors whose gradient history is that
 node; the eager backward pass hands the node the output cotangents (zeros for outputs nobody
-used) and it runs the segment's backward executable once. Otherwise the inference forward runs
+used) and it runs the segment's backward executable once; an input that only unused outputs
+depend on gets no gradient (None, as the eager tape gives). Otherwise the inference forward runs
 and nothing is kept. Each call records its own node, so a segment may run several times before
 one backward (shared weights).
 """
@@ -13,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
+
 import eager
 from xla_segments import Segment
 
 _hooks = eager.hooks
+_zeros = jnp.zeros
 
 
 class SegmentFunction:
@@ -58,15 +62,25 @@ class SegmentFunction:
             if forward is None:
                 forward = self._forward = self.segment.forward().compiled
             return [wrap(o) for o in forward(*arrays)]
-        fwd, bwd, used, diff_outputs = plan
+        fwd, bwd, used, diff_outputs, reach = plan
         outs, residuals = fwd(*arrays)
         results = [wrap(o) for o in outs]
+        avals = [(o.shape, o.dtype) for o in (outs[j] for j in diff_outputs)]
 
         def backward(cotangents: list) -> Any:
-            return bwd(residuals, tuple(cotangents))
+            got = [k for k, c in enumerate(cotangents) if c is not None]
+            if not got:
+                return [None] * len(used)
+            cts = tuple(_zeros(*avals[k]) if c is None else c for k, c in enumerate(cotangents))
+            grads = bwd(residuals, cts)
+            if len(got) == len(cts):
+                return grads
+            # An input that only outputs nobody used depend on gets None, as in eager.
+            reached = frozenset().union(*(reach[k] for k in got))
+            return [g if i in reached else None for i, g in enumerate(grads)]
 
         _hooks.make_node(self.name, [tensors[i] for i in used],
-                         [results[j] for j in diff_outputs], backward)
+                         [results[j] for j in diff_outputs], backward, sparse=True)
         return results
 
     def _plan(self, wrt: tuple[int, ...]) -> tuple | None:
@@ -80,6 +94,9 @@ class SegmentFunction:
         plan = None
         if diff_outputs:
             fwd, bwd = self.segment.vjp(used, diff_outputs)
-            plan = (fwd.compiled, bwd.compiled, used, diff_outputs)
+            # per differentiated output, the positions in `used` of the inputs it depends on
+            reach = [frozenset(k for k, i in enumerate(used) if i in self.deps[j])
+                     for j in diff_outputs]
+            plan = (fwd.compiled, bwd.compiled, used, diff_outputs, reach)
         self._plans[wrt] = plan
         return plan

@@ -55,11 +55,15 @@ class GradManager:
     def __init__(self) -> None:
         self._attached: dict[int, tuple[Tensor, list[Callback]]] = {}
         self._recording = False
+        self.version = 0  # moves on every attach: compiled steps that run backward re-check
+        if (h := context.current()) is not None:
+            h.manager_created(self)
 
     def attach(self, tensors: Tensor | Iterable[Tensor],
                callbacks: Callback | Sequence[Callback] | None = None) -> GradManager:
         """Track `tensors` (a Tensor or a list); `callbacks(tensor, grad) -> grad` run in order
         on each gradient before it is accumulated. Returns self."""
+        self.version += 1
         for t in _as_list(tensors) if not isinstance(tensors, Tensor) else [tensors]:
             if not isinstance(t, Tensor):
                 raise TypeError(
@@ -143,6 +147,10 @@ class GradManager:
         return ct
 
     def _accumulate(self, leaves: dict[int, list]) -> None:
+        with context.atomic():  # every .grad written, or (Ctrl-C before) none
+            self._accumulate_all(leaves)
+
+    def _accumulate_all(self, leaves: dict[int, list]) -> None:
         for key, (t, callbacks) in self._attached.items():
             found = leaves.get(key)
             if found is None or found[0] is not t:

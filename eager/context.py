@@ -70,8 +70,8 @@ class CaptureHooks:
         """Called before a param group's setting `key` is set to `value` (`sched.step()`,
         `opt.param_groups[0]["lr"] = ...`); may raise."""
 
-    def attach(self, manager: Any, tensors: list) -> None:
-        """Called before a GradManager attaches `tensors`."""
+    def manager_created(self, manager: Any) -> None:
+        """Called when a GradManager is constructed."""
 
     def untracked(self, array: Any) -> Any:
         """Return the array for the output of a differentiable op that records no gradient

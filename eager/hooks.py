@@ -47,14 +47,15 @@ def needs_grad(tensor: Any) -> bool:
 
 
 def make_node(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
-              backward: Callable[[list], Sequence[Any]]) -> None:
+              backward: Callable[[list], Sequence[Any]], sparse: bool = False) -> None:
     """Record one node of the eager tape: `outputs` (Tensors) now depend on `inputs` (Tensors).
 
-    In a backward pass `backward(cotangents)` receives one array per output (zeros for outputs
-    that got no gradient) and returns one array (or None) per input.
+    In a backward pass `backward(cotangents)` receives one array per output (for outputs that
+    got no gradient: zeros, or None when `sparse`) and returns one array (or None: no gradient
+    reaches that input) per input.
     """
     node = _tape.Node(name, backward, [_tape.parent_of(t) for t in inputs],
-                      [(o._data.shape, o._data.dtype) for o in outputs])
+                      [(o._data.shape, o._data.dtype) for o in outputs], sparse)
     for i, o in enumerate(outputs):
         o._node, o._out_idx = node, i
 

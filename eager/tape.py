@@ -50,9 +50,10 @@ def is_recording() -> bool:
 class Node:
     """One recorded call. `vjp(cotangents) -> grads`, one grad per parent (None allowed)."""
 
-    __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed")
+    __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed", "sparse")
 
-    def __init__(self, name: str, vjp: Callable, parents: Sequence, out_avals: Sequence):
+    def __init__(self, name: str, vjp: Callable, parents: Sequence, out_avals: Sequence,
+                 sparse: bool = False):
         self.seq = next(_seq)
         self.name = name
         self.vjp = vjp
@@ -60,6 +61,9 @@ class Node:
         self.out_avals = out_avals  # (shape, dtype) per output
         self.cts: list | None = None
         self.freed = False
+        # A sparse node's vjp receives None for outputs no gradient reached (a compiled
+        # segment, to give None rather than zeros to inputs only those outputs depend on).
+        self.sparse = sparse
 
     def __repr__(self) -> str:
         return f"<Node {self.name} #{self.seq}{' freed' if self.freed else ''}>"
@@ -126,7 +130,9 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any]) -> dict[int, lis
             cts, node.cts = node.cts, None
             if cts is None:
                 continue
-            cts = [jnp.zeros(s, d) if c is None else c for c, (s, d) in zip(cts, node.out_avals)]
+            if not node.sparse:
+                cts = [jnp.zeros(s, d) if c is None else c
+                       for c, (s, d) in zip(cts, node.out_avals)]
             grads = node.vjp(cts)
             node.vjp = None  # drop the residuals as soon as they are used
             for parent, g in zip(node.parents, grads):

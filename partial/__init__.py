@@ -14,6 +14,7 @@ each stretch between breaks as a cached compiled segment (`lazy.py`).
 """
 
 from .cache import CacheInfo
+from .decorators import exclude_from_trace, partial_trace, xla_trace
 from .errors import (
     InvalidTensorError,
     ModuleRebindError,
@@ -24,11 +25,12 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
-from .trace import TracedFunction, exclude_from_trace, partial_trace, xla_trace
+from .function import TracedFunction
+from .module import TracedModule
 
 __all__ = [
     "partial_trace", "xla_trace", "exclude_from_trace", "TraceError", "ValueReadError",
     "UnsupportedArgumentError", "UnsupportedOutputError", "ModuleRebindError",
     "UnsupportedInRegionError", "InvalidTensorError", "NotDifferentiableError",
-    "TracedFunction", "CacheInfo",
+    "TracedFunction", "TracedModule", "CacheInfo",
 ]

@@ -6,11 +6,14 @@ keyed by that sequence); they share the bound and the counts."""
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from .guards import Call
+from .guards import Same
+from .key import Call
 from .program import Entry
 
 
@@ -57,10 +60,19 @@ class Cache:
         self.reasons: list[str] = []
         self.recent: Entry | None = None  # the most recently used entry
         self.pieces: OrderedDict[tuple, Any] = OrderedDict()  # op sequence -> lazy.Piece
+        self.deaths: list = []  # weak references to entries whose guarded objects died
+        # Held for a whole call: calls of one function run one at a time, so concurrent calls
+        # give the results of some serial order (and never share a half-written state).
+        self.lock = threading.RLock()
+        self.breaks: Any = None  # lazy.Breaks, once the function is known to have graph breaks
+        self.family: Any = None  # the `Family` of caches of the same code
+        self.watch: list = []  # weak references that drop this cache from its family
 
     def lookup(self, call: Call) -> Entry | None:
         """The entry that serves `call`, or None (`self.reasons` then says why each entry of
         its key did not)."""
+        if self.deaths:
+            self._drop_dead()
         recent = self.recent
         if recent is not None and recent.key == call.key and recent.check(call) is None:
             return recent  # already the most recently used: nothing to reorder
@@ -75,6 +87,14 @@ class Cache:
         else:
             self.reasons = []
         return None
+
+    def _drop_dead(self) -> None:
+        """Drop the entries whose Module arguments or lifted tensors died (so their
+        executables and residual references go with them)."""
+        while self.deaths:
+            entry = self.deaths.pop()()
+            if entry is not None and entry in self.lru:
+                self.remove(entry)
 
     def most_recent(self) -> Entry | None:
         return next(reversed(self.lru), None)
@@ -130,3 +150,72 @@ class Cache:
                    + sum(p.seconds for p in self.pieces.values()))
         return CacheInfo(self.captures, self.hits, len(self.lru) + len(self.pieces), seconds,
                          self.maxsize, segments, breaks, ops)
+
+
+class Family:
+    """The caches of every wrapper of one piece of code, by settings and function token, and
+    how often they captured in all: wrappers of the same code made anew for other objects (a
+    lambda over a new model in every loop iteration) each capture once, and the recompile
+    warning counts them here."""
+
+    def __init__(self) -> None:
+        self.caches: dict[tuple, Cache] = {}
+        self.captures = 0
+
+
+_FAMILIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # code -> Family
+_LOCK = threading.Lock()
+_dead_tokens: list = []  # (family, key) whose token names an object that died
+
+
+def shared_cache(fn: Any, settings: tuple, token: tuple) -> Cache:
+    """The cache shared by every wrapper of `fn`'s code with these `settings` (kind, options)
+    and function token (`key.function_token`: closure values, defaults, bound object), made on
+    first use. It is dropped when an object of the token dies (or with the code)."""
+    target = getattr(fn, "__func__", fn)
+    code = getattr(target, "__code__", None)
+    if code is None:  # a Module or callable object: its class's code, told apart by `self`
+        method = getattr(type(fn), "forward", None) or type(fn).__call__
+        code = getattr(method, "__code__", None)
+    if code is None:
+        cache = Cache(settings[4])
+        cache.family = Family()
+        return cache
+    with _LOCK:
+        while _dead_tokens:
+            family, key = _dead_tokens.pop()
+            family.caches.pop(key, None)
+        family = _FAMILIES.get(code)
+        if family is None:
+            family = _FAMILIES[code] = Family()
+        key = (settings, token)
+        cache = family.caches.get(key)
+        if cache is None:
+            cache = family.caches[key] = Cache(settings[4])
+            cache.family = family
+            cache.watch = _watch_token(token, family, key)
+        return cache
+
+
+def _watch_token(token: Any, family: Family, key: tuple) -> list:
+    """Weak references, to the objects `token` names, that drop the cache when one dies."""
+    family_ref = weakref.ref(family)
+
+    def died(_: Any) -> None:
+        f = family_ref()
+        if f is not None:
+            _dead_tokens.append((f, key))
+
+    refs = []
+    stack = [token]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(item)
+        elif isinstance(item, Same):
+            obj = item.ref()
+            if obj is not None and not isinstance(item.ref, weakref.ref):
+                continue  # held strongly by the token itself: lives as long as the cache
+            if obj is not None:
+                refs.append(weakref.ref(obj, died))
+    return refs

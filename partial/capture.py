@@ -40,7 +40,8 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
-from .guards import STATIC_TYPES, Call, optimizer_state_signature
+from .guards import ArgumentStateGuard, optimizer_state_signature
+from .key import STATIC_TYPES, Call
 from .source import describe_location, user_location
 
 hooks = eg.hooks
@@ -81,8 +82,8 @@ class Program:
     modules: list  # (weakref, signature exclusions) for every module whose structure matters
     optimizers: list  # (weakref, (group index, key)s read as inputs, state structure before)
     grad_presence: list  # (owner weakref, had a .grad) for slots read before written
-    arg_state: list  # per Tensor argument: None, or weakref to the state tensor it was
-    state_ids: frozenset  # ids of module/optimizer state tensors reachable at capture
+    managers: list  # weak references to the GradManagers whose backward the region runs
+    arg_guard: ArgumentStateGuard  # which Tensor arguments are state the region reads
     settle: list = field(default_factory=list)  # (weakref, result): capture-time result objects
     seconds: float = 0.0
     epoch: int = 0  # eager.hooks.epoch() before the capture ran
@@ -139,6 +140,8 @@ class Capture(hooks.CaptureHooks):
         self.hyper_values: dict[tuple, Any] = {}
         self.hyper_inputs: dict[int, set] = {}
         self.optimizer_states: dict[int, tuple] = {}  # state structure when first seen
+        self.managers: dict[int, Any] = {}  # GradManagers whose backward the region runs
+        self.new_managers: weakref.WeakSet = weakref.WeakSet()  # made by the region
         self.keep: list = []  # arrays whose ids identify inputs: kept alive while capturing
         self.marked: list = []  # inputs made differentiable leaves (partial_trace)
 
@@ -295,6 +298,15 @@ class Capture(hooks.CaptureHooks):
         self.hyper_values[cache_key] = result
         return result
 
+    def hyper_write(self, optimizer: Any, group: dict, key: str, value: Any) -> None:
+        where = describe_location(user_location())
+        raise UnsupportedInRegionError(
+            f"{where}: setting `{key}` of a param group of {type(optimizer).__name__} inside a "
+            f"{self.kind} region would happen once, when the region is captured, and never on "
+            "later calls (a scheduler's step() does this). Do it outside the compiled function "
+            "(e.g. call sched.step() after each step: hyper-parameters are read at every call "
+            "without recompiling), or inside `with exclude_from_trace():`.")
+
     def see_optimizer(self, optimizer: Any) -> None:
         """Remember `optimizer` and what its state looked like before the region changed it."""
         if id(optimizer) not in self.optimizers:
@@ -313,7 +325,12 @@ class Capture(hooks.CaptureHooks):
                 "forward, so its own backward would be ignored. Call it outside the region, or "
                 "compile the whole step with xla_trace (which runs Function backwards).")
 
+    def manager_created(self, manager: Any) -> None:
+        self.new_managers.add(manager)
+
     def backward(self, manager: Any) -> None:
+        if manager not in self.new_managers:
+            self.managers.setdefault(id(manager), manager)
         if self.differentiable:
             where = describe_location(user_location())
             raise UnsupportedInRegionError(
@@ -439,7 +456,7 @@ class Capture(hooks.CaptureHooks):
                        self.source_of, self.made, self.mutated, self.grad_slots,
                        self.grads_written, self.setattrs, self.attr_outputs, self.modules,
                        self.new_modules, self.optimizers, self.hyper_values, self.keep,
-                       self.marked):
+                       self.marked, self.managers):
             holder.clear()
         self.results = self.result_tensors = self.settle = []
 
@@ -526,8 +543,8 @@ def _program(cap: Capture, closed: Any, call: Call, capture_as_const: bool) -> P
                      cap.optimizer_states[id(o)]) for o in cap.optimizers.values()],
         grad_presence=[(weakref.ref(owner), had_grad)
                        for owner, read_first, had_grad in cap.grad_slots.values() if read_first],
-        arg_state=[weakref.ref(t) if id(t) in state else None for t in call.tensors],
-        state_ids=frozenset(state), settle=cap.settle,
+        managers=[weakref.ref(gm) for gm in cap.managers.values()],
+        arg_guard=ArgumentStateGuard(state, call.tensors), settle=cap.settle,
     )
 
 

@@ -1,191 +1,152 @@
-"""Guard keys and conditions: what a compiled entry depends on besides its code.
+"""Guards: the conditions a compiled entry depends on besides its key, one class each.
 
-`flatten_call` turns the arguments of a call into a hashable key (tree structure; per Tensor its
-abstract value: shape, dtype and weak type; which arguments are the same tensor; the identity of
-Module and Optimizer arguments; the value of every plain Python value) and the lists the entry
-needs (Tensors and their arrays, objects). `module_signature` and `optimizer_signature`
-summarize what a region's modules and optimizers look like, so an entry can tell when they
-changed shape.
-`describe_change` says, for the recompilation warning, which argument or leaf changed.
+Every guard has `check() -> str | None`: None while it holds, otherwise why it failed (the
+reason the recompile warning and `explain()` give). No guard keys anything by `id()` of an
+object that may die (decision 8): objects are held by weak reference and compared by identity
+(`Same`), plain values by value, NaN equal to NaN (`value_token`).
+
+Structure guards (modules, an optimizer's state tensors) can only fail after a structure change
+anywhere in the process (`eager.hooks.epoch()` moved), so an entry checks them only then; the
+other guards are checked on every call.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Iterable
+import math
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
-import jax
 import numpy as np
 
-import eager as eg
 import eager.module as M
 import eager.optimizer as optim
 
-from .errors import UnsupportedArgumentError
-
-STATIC_TYPES = (bool, int, float, complex, str, bytes, type(None))  # plain values: keyed by value
-_Tensor, _Module, _Optimizer = eg.Tensor, M.Module, optim.Optimizer
-_read = eg.read
+PLAIN = (bool, int, str, bytes, type(None))
 
 
-class Call:
-    """The flattened arguments of one call."""
+class Same:
+    """A token equal to another only while both name the same live object.
 
-    __slots__ = ("key", "leaves", "treedef", "tensors", "arrays", "objects")
+    It holds a weak reference (a strong one for objects that cannot have one, which keeps them
+    alive, so their identity cannot be reused); hashes by identity.
 
-    def __init__(self, key: tuple, leaves: list, treedef: Any, tensors: list, arrays: list,
-                 objects: list):
-        self.key, self.leaves, self.treedef = key, leaves, treedef
-        self.tensors, self.arrays, self.objects = tensors, arrays, objects
+    >>> import eager.module as M
+    >>> m = M.Linear(1, 1)
+    >>> Same(m) == Same(m), Same(m) == Same(M.Linear(1, 1))
+    (True, False)
+    """
 
+    __slots__ = ("ref", "hash")
 
-_TENSOR_TYPES = (eg.Tensor, eg.Parameter)
-_POSITIONAL_TREEDEFS: dict[int, Any] = {}
-_placed: bool | None = None  # whether tensors can live on different devices in this process
+    def __init__(self, obj: Any):
+        try:
+            self.ref = weakref.ref(obj)
+        except TypeError:
+            self.ref = _Strong(obj)
+        self.hash = id(obj)
 
+    def __hash__(self) -> int:
+        return self.hash
 
-def _placement_matters() -> bool:
-    """True with several devices, or on an accelerator (whose process also has a CPU)."""
-    global _placed
-    if _placed is None:
-        devices = jax.devices()
-        _placed = len(devices) > 1 or devices[0].platform != "cpu"
-    return _placed
-
-
-def tensor_spec(a: Any) -> Any:
-    """What the key records of a tensor argument's array: its abstract value (shape, dtype,
-    weak type) and, where tensors can live on different devices, its placement."""
-    return (a.aval, a.sharding) if _placement_matters() else a.aval
-
-
-def flatten_call(args: tuple, kwargs: dict) -> Call:
-    """Flatten `(args, kwargs)` into a `Call`. Tensors appearing twice are one input."""
-    if not kwargs and _distinct_tensors(args):
-        return _positional_tensors(args)
-    leaves, treedef = jax.tree.flatten((args, kwargs))
-    spec: list = []
-    tensors: list = []
-    arrays: list = []
-    objects: list = []
-    seen: dict[int, int] | None = None
-    for x in leaves:
-        if isinstance(x, _Tensor):
-            if tensors:
-                if seen is None:
-                    seen = {id(t): i for i, t in enumerate(tensors)}
-                first = seen.get(id(x))
-                if first is not None:
-                    spec.append(("same as tensor", first))
-                    continue
-                seen[id(x)] = len(tensors)
-            a = _read(x)
-            tensors.append(x)
-            arrays.append(a)
-            spec.append(tensor_spec(a))
-        elif isinstance(x, (_Module, _Optimizer)):
-            objects.append(x)
-            spec.append((type(x), id(x)))
-        elif isinstance(x, STATIC_TYPES):
-            spec.append((type(x), x))
-        elif isinstance(x, np.generic):
-            spec.append((type(x), x.item()))
-        else:
-            raise _unsupported(args, kwargs, x)
-    return Call((treedef, tuple(spec)), leaves, treedef, tensors, arrays, objects)
-
-
-def _distinct_tensors(args: tuple) -> bool:
-    for a in args:
-        if type(a) not in _TENSOR_TYPES:
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Same:
             return False
-    return len(args) < 2 or len({id(a) for a in args}) == len(args)
+        obj = self.ref()
+        return obj is not None and obj is other.ref()
+
+    def __repr__(self) -> str:
+        obj = self.ref()
+        return "<dead object>" if obj is None else f"<the same {type(obj).__name__}>"
 
 
-def _positional_tensors(args: tuple) -> Call:
-    """The common call `f(x, y, ...)` on distinct Tensors: the same key as the general path."""
-    treedef = _POSITIONAL_TREEDEFS.get(len(args))
-    if treedef is None:
-        treedef = _POSITIONAL_TREEDEFS[len(args)] = jax.tree.structure(((0,) * len(args), {}))
-    arrays = [_read(a) for a in args]
-    tensors = list(args)
-    if _placement_matters():
-        spec = tuple([tensor_spec(a) for a in arrays])
-    else:
-        spec = (arrays[0].aval,) if len(arrays) == 1 else tuple([a.aval for a in arrays])
-    return Call((treedef, spec), tensors, treedef, tensors, arrays, [])
+class _Strong:
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+
+    def __call__(self) -> Any:
+        return self.obj
 
 
-def _unsupported(args: tuple, kwargs: dict, bad: Any) -> UnsupportedArgumentError:
-    path = next((p for p, leaf in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]
-                 if leaf is bad), ())
-    what = type(bad).__name__
-    hint = ("wrap it with eg.tensor(...)" if isinstance(bad, (np.ndarray, jax.Array))
-            else "pass its Tensors, or make it a hashable plain value")
-    return UnsupportedArgumentError(
-        f"argument {format_path(path)} is a {what}; a traced function takes Tensors, Modules, "
-        f"Optimizers, plain Python values (bool, int, float, str, None) and tuples, lists and "
-        f"dicts of them: {hint}")
-
-
-def format_path(path: tuple, names: list[str] | None = None) -> str:
-    """A key path of `(args, kwargs)` as the user wrote it: `x`, `batch['image']`, `args[2]`."""
-    if not path:
-        return "(arguments)"
-    first, rest = path[0], path[1:]
-    out = ""
-    if getattr(first, "idx", None) == 0 and rest:
-        i = rest[0].idx
-        out = names[i] if names and i < len(names) else f"args[{i}]"
-        rest = rest[1:]
-    elif getattr(first, "idx", None) == 1 and rest:
-        out = str(rest[0].key)
-        rest = rest[1:]
-    return out + "".join(str(k) for k in rest)
-
-
-# ----- module and optimizer signatures ------------------------------------------------------
-def _value_signature(v: Any) -> Any:
-    if isinstance(v, STATIC_TYPES):
-        return v
+def value_token(v: Any) -> Any:
+    """A hashable stand-in for `v` that compares as the guards want: plain values and numpy
+    scalars by type and value (NaN equal to NaN), containers element-wise, anything else by
+    identity, weakly."""
+    if isinstance(v, PLAIN):
+        return (type(v), v)
+    if isinstance(v, (float, complex, np.generic)):
+        x = v.item() if isinstance(v, np.generic) else v
+        if isinstance(x, float) and math.isnan(x):
+            return (type(v), "nan")
+        if isinstance(x, complex) and (math.isnan(x.real) or math.isnan(x.imag)):
+            return (type(v), "nan", repr(x))
+        return (type(v), x)
     if isinstance(v, (list, tuple)):
-        return tuple(_value_signature(e) for e in v)
+        return (type(v), tuple(value_token(e) for e in v))
     if isinstance(v, dict):
-        return tuple((k, _value_signature(e)) for k, e in v.items())
-    return ("object", id(v))
+        return (dict, tuple((k, value_token(e)) for k, e in v.items()))
+    return Same(v)
 
 
+# ----- modules ---------------------------------------------------------------------------------
 def module_signature(m: M.Module, exclude: Iterable[str] = ()) -> tuple:
-    """Every attribute of `m` (Tensors and Modules by identity, plain values by value), except
-    `exclude` (attributes a region itself writes) and the derived `structure_version`."""
+    """Every attribute of `m` as a token (Tensors, Modules and other objects by identity, plain
+    values by value), except `exclude` (attributes a region itself writes) and the derived
+    `structure_version`."""
     skip = set(exclude) | {"structure_version"}
-    return tuple((k, _value_signature(v)) for k, v in vars(m).items() if k not in skip)
+    return tuple((k, value_token(v)) for k, v in vars(m).items() if k not in skip)
 
 
-def describe_module_change(m: M.Module, old: tuple, new: tuple) -> str:
-    """Which attribute of `m` differs between two signatures."""
+class ModuleGuard:
+    """A module the region uses has the attributes (and training flag) it had at capture."""
+
+    structural = True
+    __slots__ = ("ref", "exclude", "signature")
+
+    def __init__(self, module: M.Module, exclude: frozenset):
+        self.ref = weakref.ref(module)
+        self.exclude = exclude
+        self.signature = module_signature(module, exclude)
+
+    def check(self) -> str | None:
+        m = self.ref()
+        if m is None:
+            return "a module the region uses no longer exists"
+        new = module_signature(m, self.exclude)
+        return None if new == self.signature else _module_change(m, self.signature, new)
+
+    def describe(self) -> str:
+        m = self.ref()
+        return f"{type(m).__name__} (training={getattr(m, 'training', '?')}) keeps its attributes"
+
+
+def _module_change(m: M.Module, old: tuple, new: tuple) -> str:
     before, after = dict(old), dict(new)
     for k in before.keys() | after.keys():
         if before.get(k, "<missing>") != after.get(k, "<missing>"):
             if k == "training":
-                return f"{type(m).__name__}.training changed from {before.get(k)} to {after.get(k)}"
+                return f"{type(m).__name__}.training changed from {before[k][1]} to " \
+                       f"{after[k][1]}"
             return f"attribute `{k}` of a {type(m).__name__} was reassigned"
     return f"a {type(m).__name__} changed"
 
 
-def optimizer_signature(opt: optim.Optimizer, inputs: frozenset[tuple[int, str]],
-                        keys: tuple | None = None) -> tuple:
-    """The structure of `opt`'s param groups: per group its size, the exact value of every
+# ----- optimizers ------------------------------------------------------------------------------
+def optimizer_keys(opt: optim.Optimizer) -> tuple:
+    """The settings of each param group (all keys but "params")."""
+    return tuple(tuple(k for k in g if k != "params") for g in opt.param_groups)
+
+
+def optimizer_signature(opt: optim.Optimizer, inputs: frozenset, keys: tuple) -> tuple:
+    """The structure of `opt`'s param groups: per group its parameters, the value of every
     setting the region baked in, and, for settings it reads as inputs (`inputs` holds their
     (group index, key)), only what selects a different computation (the zero-ness of the
-    optimizer's `structural_hypers`, e.g. SGD's momentum).
-
-    `keys` (per group, from `optimizer_keys` at capture) limits it to the settings that existed
-    then: one added later (a scheduler's `initial_lr`) cannot have been read by the region."""
+    optimizer's `structural_hypers`, e.g. SGD's momentum). `keys` (per group, at capture)
+    limits it to the settings that existed then: one added later (a scheduler's `initial_lr`)
+    cannot have been read by the region."""
     structural = getattr(opt, "structural_hypers", ())
-    if keys is None:
-        keys = optimizer_keys(opt)
     if len(keys) != len(opt.param_groups):
         return ("groups", len(opt.param_groups))
     groups = []
@@ -196,14 +157,9 @@ def optimizer_signature(opt: optim.Optimizer, inputs: frozenset[tuple[int, str]]
             if (gi, k) in inputs:
                 items.append((k, bool(v) if k in structural else _input_shape(v)))
             else:
-                items.append((k, _value_signature(v)))
-        groups.append((len(g["params"]), tuple(items)))
+                items.append((k, value_token(v)))
+        groups.append((tuple(Same(p) for p in g["params"]), tuple(items)))
     return tuple(groups)
-
-
-def optimizer_keys(opt: optim.Optimizer) -> tuple:
-    """The settings of each param group (all keys but "params")."""
-    return tuple(tuple(k for k in g if k != "params") for g in opt.param_groups)
 
 
 def _input_shape(v: Any) -> Any:
@@ -211,42 +167,134 @@ def _input_shape(v: Any) -> Any:
 
 
 def optimizer_state_signature(opt: optim.Optimizer) -> tuple:
-    """Which state tensors exist per parameter (their identity)."""
-    return tuple(tuple((k, id(t)) for k, t in s.items()) for s in opt.state.values())
+    """Which state tensors exist per parameter, by identity."""
+    return tuple((Same(p), tuple((k, Same(t)) for k, t in s.items()))
+                 for p, s in opt.state.items())
 
 
-# ----- explaining a recompilation --------------------------------------------------------------
-def _leaf_text(spec: Any) -> str:
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], jax.core.ShapedArray):
-        device = ", ".join(str(d) for d in spec[1].device_set)
-        return f"{_leaf_text(spec[0])} on {device}"
-    if isinstance(spec, jax.core.ShapedArray):
-        return f"Tensor{list(spec.shape)} {np.dtype(spec.dtype).name}" + (
-            " (weak type)" if spec.weak_type else "")
-    if isinstance(spec, tuple) and spec and spec[0] == "same as tensor":
-        return f"the same tensor as tensor argument {spec[1]}"
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], type):
-        tp, v = spec
-        if issubclass(tp, (_Module, _Optimizer)):
-            return f"a different {tp.__name__} object"
-        return f"{v!r}"
-    return repr(spec)
+class OptimizerGuard:
+    """An optimizer's param groups keep their parameters, structural choices and the
+    settings the region baked in (numeric hyper-parameters are inputs and may change)."""
+
+    structural = False
+    __slots__ = ("ref", "inputs", "keys", "signature")
+
+    def __init__(self, opt: optim.Optimizer, inputs: frozenset):
+        self.ref = weakref.ref(opt)
+        self.inputs = inputs
+        self.keys = optimizer_keys(opt)
+        self.signature = optimizer_signature(opt, inputs, self.keys)
+
+    def check(self) -> str | None:
+        opt = self.ref()
+        if opt is None:
+            return "an optimizer the region uses no longer exists"
+        if optimizer_signature(opt, self.inputs, self.keys) != self.signature:
+            return "an optimizer's param groups changed (a setting the region bakes in, a " \
+                   "structural choice such as momentum on/off, or the groups)"
+        return None
+
+    def describe(self) -> str:
+        return f"{type(self.ref()).__name__} keeps its param groups' structure"
 
 
-def describe_change(fn: Callable, old: tuple, new: tuple, args: tuple, kwargs: dict) -> str:
-    """Which argument leaf differs between the keys `old` and `new` of calls of `fn`, from what
-    to what (`args`/`kwargs` are the new call's, for the names)."""
-    old_tree, old_spec = old
-    new_tree, new_spec = new
-    if old_tree != new_tree:
-        return f"the argument structure changed from {old_tree} to {new_tree}"
-    try:
-        names = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        names = None
-    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]]
-    for path, a, b in zip(paths, old_spec, new_spec):
-        if a != b:
-            return f"argument {format_path(path, names)} changed from {_leaf_text(a)} to " \
-                   f"{_leaf_text(b)}"
-    return "the arguments are unchanged"
+class OptimizerStateGuard:
+    """An optimizer's state tensors (momentum buffers, Adam moments, step counts) are the same
+    tensors as before the capture: replacing one (`opt.state[p]["momentum_buffer"] = t`)
+    captures anew, since the region reads the old one."""
+
+    structural = True
+    __slots__ = ("ref", "signature")
+
+    def __init__(self, opt: optim.Optimizer, signature: tuple):
+        self.ref = weakref.ref(opt)
+        self.signature = signature
+
+    def check(self) -> str | None:
+        opt = self.ref()
+        if opt is None or optimizer_state_signature(opt) != self.signature:
+            return "an optimizer's state tensors changed (a slot was replaced, or parameters " \
+                   "or state were added)"
+        return None
+
+    def describe(self) -> str:
+        return f"{type(self.ref()).__name__} keeps its state tensors"
+
+
+# ----- .grad slots, GradManagers, arguments ----------------------------------------------------
+class GradPresenceGuard:
+    """A `.grad` slot the region reads before writing it is set (or None) as at capture."""
+
+    structural = False
+    __slots__ = ("ref", "had")
+
+    def __init__(self, owner: Any, had: bool):
+        self.ref = weakref.ref(owner)
+        self.had = had
+
+    def check(self) -> str | None:
+        owner = self.ref()
+        if owner is None:
+            return "a tensor whose .grad the region reads no longer exists"
+        if (owner.grad is not None) != self.had:
+            return f"the .grad of a tensor of shape {owner.shape} " \
+                   f"{'is now None' if self.had else 'is now set'}"
+        return None
+
+    def describe(self) -> str:
+        return f".grad {'set' if self.had else 'None'} on a tensor the region reads"
+
+
+class ManagerGuard:
+    """A GradManager whose backward the region runs attaches the same tensors and callbacks
+    as at capture (its `version` moves on every `attach`)."""
+
+    structural = False
+    __slots__ = ("ref", "version")
+
+    def __init__(self, manager: Any):
+        self.ref = weakref.ref(manager)
+        self.version = manager.version
+
+    def check(self) -> str | None:
+        gm = self.ref()
+        if gm is None:
+            return "a GradManager the region uses no longer exists"
+        if gm.version != self.version:
+            return "GradManager.attach was called since the capture (the tensors it attaches " \
+                   "or their callbacks changed)"
+        return None
+
+    def describe(self) -> str:
+        return "a GradManager attaches the same tensors"
+
+
+class ArgumentStateGuard:
+    """Which Tensor arguments are also state the region reads (a parameter passed as an
+    argument), as at capture: those alias an input and an output."""
+
+    structural = False
+    __slots__ = ("state", "args")
+
+    def __init__(self, state: dict, tensors: list):
+        self.state = {k: weakref.ref(t) for k, t in state.items()}  # id -> weak reference
+        self.args = [self._is_state(t) for t in tensors]
+
+    def _is_state(self, t: Any) -> Any:
+        ref = self.state.get(id(t))
+        return ref if ref is not None and ref() is t else None
+
+    def check_call(self, tensors: list) -> str | None:
+        for t, was in zip(tensors, self.args):
+            now = self._is_state(t)
+            if (now is None) != (was is None) or (now is not None and now() is not was()):
+                return "a tensor argument is now a parameter, buffer or optimizer state " \
+                       "tensor the region also reads (or no longer is)"
+        return None
+
+    def any_state(self, tensors: list) -> bool:
+        """Whether one of `tensors` is state the region reads (the entry's slow path)."""
+        return any(self._is_state(t) is not None for t in tensors)
+
+    def describe(self) -> str:
+        return f"{sum(a is not None for a in self.args)} tensor arguments are state tensors"

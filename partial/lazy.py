@@ -37,7 +37,7 @@ from xla_segments import Segment
 
 from .capture import _invalidate
 from .errors import UnsupportedInRegionError, ValueReadError
-from .guards import tensor_spec
+from .key import tensor_spec
 from .source import describe_location, short_path, user_location
 
 logger = logging.getLogger("partial")

@@ -12,6 +12,7 @@ import sys
 import weakref
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 import eager as eg
@@ -21,18 +22,19 @@ from xla_segments import CompileOptions, Segment
 from .capture import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT, Program
 from .errors import NotDifferentiableError
 from .guards import (
-    Call,
-    describe_module_change,
-    module_signature,
-    optimizer_keys,
-    optimizer_signature,
-    optimizer_state_signature,
+    GradPresenceGuard,
+    ManagerGuard,
+    ModuleGuard,
+    OptimizerGuard,
+    OptimizerStateGuard,
 )
+from .key import Call
 
 hooks = eg.hooks
 _read, _rebind, _history, _data, _deref = (eg.read, eg.rebind, hooks.history, hooks.data,
                                            hooks.deref)
 _wrap, _is_recording, _assign = hooks.wrap, hooks.is_recording, hooks.assign
+_atomic = hooks.atomic
 
 MISS = object()  # returned by `Entry.run` when the entry cannot serve the call after all
 # References to an input array held by its Tensor, the input list and `getrefcount` itself:
@@ -54,7 +56,7 @@ class Entry:
     """A captured program compiled for one guard key, with the guards it was captured under."""
 
     def __init__(self, key: tuple, program: Program, call: Call, name: str, *,
-                 differentiable: bool = True, donate: bool = False):
+                 differentiable: bool = True, donate: bool = False, deaths: list | None = None):
         self.key = key
         self.program = program
         self.differentiable = differentiable
@@ -83,25 +85,47 @@ class Entry:
         self.function = SegmentFunction(self.segment, program.deps, name)
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef
-        self.single_result = (program.out_treedef.num_leaves == 1 and program.out_leaves
+        self.single_result = (jax.tree_util.treedef_is_leaf(program.out_treedef)
+                              and program.out_treedef.num_leaves == 1
                               and program.out_leaves[0][0] == RESULT and not self.writes)
-        self.objects = [weakref.ref(o) for o in call.objects]
-        self.arg_state = program.arg_state
-        self.state_ids = program.state_ids
-        self.grad_presence = program.grad_presence
-        self.modules = [(ref, exclude, module_signature(ref(), exclude))
-                        for ref, exclude in program.modules]
-        self.optimizers = []
+        self.arg_guard = program.arg_guard
+        guards: list = [ModuleGuard(ref(), exclude) for ref, exclude in program.modules
+                        if ref() is not None]
         for ref, inputs, state in program.optimizers:
-            keys = optimizer_keys(ref())
-            self.optimizers.append((ref, inputs, keys, optimizer_signature(ref(), inputs, keys),
-                                    state))
+            guards += [OptimizerGuard(ref(), inputs), OptimizerStateGuard(ref(), state)]
+        guards += [GradPresenceGuard(ref(), had) for ref, had in program.grad_presence]
+        guards += [ManagerGuard(ref()) for ref in program.managers if ref() is not None]
+        self.guards = guards
+        self.structural = [g for g in guards if g.structural]
+        self.per_call = [g for g in guards if not g.structural]
         # As of before the capture: the next call re-validates what the capture itself changed.
         self.epoch = program.epoch
         self.settle = program.settle
         self.forward: Any = None
-        self.simple_guards = not (self.objects or self.grad_presence or self.optimizers
-                                  or any(self.arg_state))
+        self.dead = False  # set when an object it depends on dies; the cache then drops it
+        self.watched = self._watch(call.objects, program.sources,
+                                   [] if deaths is None else deaths)
+
+    def _watch(self, objects: list, sources: list, deaths: list) -> list:
+        """Weak references whose death kills this entry: Module and Optimizer arguments, lifted
+        tensors and owners of `.grad` slots. The callback only marks it and appends it to
+        `deaths` (the cache's list, emptied at its next lookup): it may run in the middle of
+        any code, in any thread."""
+        me = weakref.ref(self)
+
+        def died(_: Any) -> None:
+            e = me()
+            if e is not None and not e.dead:
+                e.dead = True
+                deaths.append(me)
+
+        refs = [weakref.ref(o, died) for o in objects]
+        for s in sources:
+            if s[0] in (REF, GRAD):
+                target = s[1]()
+                if target is not None:
+                    refs.append(weakref.ref(target, died))
+        return refs
 
     @property
     def seconds(self) -> float:
@@ -111,61 +135,32 @@ class Entry:
     # ----- guards --------------------------------------------------------------------------
     def check(self, call: Call) -> str | None:
         """None when this entry can serve `call`; otherwise what differs."""
-        if self.simple_guards and self.epoch == hooks.epoch():
-            for t in call.tensors:
-                if id(t) in self.state_ids:
-                    break
-            else:
-                return None
-        reason = self._arguments_changed(call)
+        if self.dead:
+            return "an object the region depends on no longer exists"
+        now = hooks.epoch()
+        if not self.per_call and self.epoch == now and not self.arg_guard.any_state(call.tensors):
+            return None
+        reason = self.arg_guard.check_call(call.tensors)
         if reason:
             return reason
-        if self.epoch != hooks.epoch():
-            reason = self._structure_changed()
+        if self.epoch != now:
+            for guard in self.structural:
+                reason = guard.check()
+                if reason:
+                    return reason
+            self.epoch = now
+        for guard in self.per_call:
+            reason = guard.check()
             if reason:
                 return reason
-            self.epoch = hooks.epoch()
-        for ref, had in self.grad_presence:
-            owner = ref()
-            if owner is None:
-                return "a tensor whose .grad the region reads no longer exists"
-            if (owner.grad is not None) != had:
-                return f"the .grad of a tensor of shape {owner.shape} " \
-                       f"{'is now None' if had else 'is now set'}"
-        for ref, inputs, keys, sig, _ in self.optimizers:
-            opt = ref()
-            if opt is None or optimizer_signature(opt, inputs, keys) != sig:
-                return "an optimizer's param groups changed (a setting the region bakes in, " \
-                       "a structural choice such as momentum on/off, or the groups)"
-        return None
-
-    def _arguments_changed(self, call: Call) -> str | None:
-        for ref, obj in zip(self.objects, call.objects):
-            if ref() is not obj:
-                return f"a different {type(obj).__name__} object is passed"
-        for t, state in zip(call.tensors, self.arg_state):
-            if (id(t) in self.state_ids) if state is None else (state() is not t):
-                return "a tensor argument is now a parameter, buffer or optimizer state tensor " \
-                       "the region also reads (or no longer is)"
-        return None
-
-    def _structure_changed(self) -> str | None:
-        for ref, exclude, sig in self.modules:
-            m = ref()
-            if m is None:
-                return "a module the region uses no longer exists"
-            new = module_signature(m, exclude)
-            if new != sig:
-                return describe_module_change(m, sig, new)
-        for ref, _, _, _, state_sig in self.optimizers:
-            opt = ref()
-            if opt is None or optimizer_state_signature(opt) != state_sig:
-                return "an optimizer's state tensors changed (parameters or state were added)"
         return None
 
     # ----- a call --------------------------------------------------------------------------
     def run(self, call: Call) -> Any:
-        """Run the program for `call` and return the region's outputs, or `MISS`."""
+        """Run the program for `call` and return the region's outputs, or `MISS`.
+
+        From the dispatch (which may donate buffers) to the last write-back the call is a
+        commit: a Ctrl-C then takes effect after it, so state is as after the call."""
         recording = _is_recording()
         inputs = self.inputs(call, recording)
         if inputs is None:
@@ -174,19 +169,23 @@ class Entry:
         if recording and not self.differentiable:
             refuse_outer_gradients(tensors)
             recording = False
-        if self.donated:
-            self._unshare(arrays)
-        try:
-            if recording:
-                outs = self.function(arrays, tensors)
-            else:  # the bridge's inference path, without its checks
-                forward = self.forward or self._forward()
-                outs = [_wrap(o) for o in forward(*arrays)]
-        except (TypeError, ValueError) as e:
-            # A lifted tensor changed shape or dtype, or moved to another device: capture anew.
-            if "Argument types differ" in str(e) or "disagree with the shardings" in str(e):
-                return MISS
-            raise
+        with _atomic():
+            if self.donated:
+                self._unshare(arrays)
+            try:
+                if recording:
+                    outs = self.function(arrays, tensors)
+                else:  # the bridge's inference path, without its checks
+                    forward = self.forward or self._forward()
+                    outs = [_wrap(o) for o in forward(*arrays)]
+            except (TypeError, ValueError):
+                if self._inputs_moved(arrays):  # a lifted tensor changed: capture anew
+                    return MISS
+                raise
+            return self._commit(outs, call)
+
+    def _commit(self, outs: list, call: Call) -> Any:
+        """Write the results back into the tensors the region updated; build the outputs."""
         if self.settle:
             self._settle(outs)
         if self.ref_writes:
@@ -197,6 +196,15 @@ class Entry:
             self._write(dest, self._value(value, outs, call), call)
         leaves = [self._value(leaf, outs, call) for leaf in self.out_leaves]
         return self.out_treedef.unflatten(leaves)
+
+    def _inputs_moved(self, arrays: list) -> bool:
+        """Whether an input no longer has the shape, dtype or placement it was compiled for
+        (a lifted tensor was rebound to another shape, or moved to another device)."""
+        for a, want in zip(arrays, self.program.in_avals):
+            if (a.shape, a.dtype) != (want.shape, want.dtype) or (
+                    want.sharding is not None and getattr(a, "sharding", None) != want.sharding):
+                return True
+        return False
 
     def _unshare(self, arrays: list) -> None:
         """Copy each buffer about to be donated that something else still holds (another

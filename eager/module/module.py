@@ -137,6 +137,11 @@ class Module:
         Shapes must match. With `strict`, missing or unexpected names raise `KeyError`.
         """
         own = dict(self.named_parameters()) | dict(self.named_buffers())
+        with context.atomic():  # all loaded, or (Ctrl-C before it starts) none
+            self._load(own, state, strict)
+
+    @staticmethod
+    def _load(own: dict[str, Tensor], state: dict[str, Any], strict: bool) -> None:
         if strict:
             missing, unexpected = own.keys() - state.keys(), state.keys() - own.keys()
             if missing or unexpected:

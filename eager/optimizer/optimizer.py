@@ -7,6 +7,7 @@ change `lr` without recompiling.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,6 +16,70 @@ import numpy as np
 
 from .. import context
 from ..tensor import Tensor, rebind
+
+
+class ParamGroup(dict):
+    """A param group: a dict (`"params"` and the hyper-parameters) that tells an active capture
+    about writes, since a write inside a compiled region would happen only when it is captured
+    (`sched.step()` inside an `xla_trace` step)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Optimizer, items: dict[str, Any]):
+        super().__init__(items)
+        self.owner = weakref.ref(owner)
+
+    def _written(self, key: str, value: Any) -> None:
+        if (h := context.current()) is not None:
+            h.hyper_write(self.owner(), self, key, value)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._written(key, value)
+        super().__setitem__(key, value)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self._written(key, default)
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def __reduce__(self) -> Any:  # pickles (and deep-copies) as the plain dict it holds
+        return dict, (dict(self),)
+
+
+class _Watched(dict):
+    """Optimizer state (per parameter, and the map of parameters to it): replacing or adding
+    a slot moves `eager.hooks.epoch()`, so compiled steps that read the old slot re-check."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        context.bump_epoch()
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        context.bump_epoch()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        context.bump_epoch()
+
+    def pop(self, *args: Any) -> Any:
+        value = super().pop(*args)
+        context.bump_epoch()
+        return value
+
+    def __reduce__(self) -> Any:
+        return dict, (dict(self),)
 
 
 class Optimizer:
@@ -31,7 +96,7 @@ class Optimizer:
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
         self.defaults = defaults
         self.param_groups: list[dict[str, Any]] = []
-        self.state: dict[Tensor, dict[str, Tensor]] = {}
+        self.state: dict[Tensor, dict[str, Tensor]] = _Watched()
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
@@ -40,8 +105,8 @@ class Optimizer:
 
     def add_param_group(self, group: dict[str, Any]) -> None:
         """Add a group: a dict with "params" and any hyper-parameters overriding the defaults."""
-        group = {**self.defaults, **group}
-        group["params"] = ps = list(group["params"])
+        ps = list(group["params"])
+        group = ParamGroup(self, {**self.defaults, **group, "params": ps})
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in ps:
             if not isinstance(p, Tensor):
@@ -50,7 +115,7 @@ class Optimizer:
                 raise ValueError("a parameter appears in more than one param group")
         self.param_groups.append(group)
         for p in ps:
-            self.state[p] = self._init_state(p, group)
+            self.state[p] = _Watched(self._init_state(p, group))
         context.bump_epoch()
 
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
@@ -66,11 +131,14 @@ class Optimizer:
         return value if h is None else h.hyper(self, group, key, value)
 
     def step(self) -> Optimizer:
-        """Update every parameter that has a gradient; returns self."""
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if params:
-                self._update(params, group)
+        """Update every parameter that has a gradient; returns self. A Ctrl-C during the step
+        takes effect after it: the updates donate the old buffers, so parameters and state are
+        all updated or (before the first update starts) all untouched."""
+        with context.atomic():
+            for group in self.param_groups:
+                params = [p for p in group["params"] if p.grad is not None]
+                if params:
+                    self._update(params, group)
         return self
 
     def clear_grad(self) -> Optimizer:
@@ -104,6 +172,10 @@ class Optimizer:
             raise ValueError(f"load_state_dict: saved param groups of sizes {sizes} do not match "
                              "this optimizer's")
         params = [p for g in self.param_groups for p in g["params"]]
+        with context.atomic():
+            self._load(groups, state, params)
+
+    def _load(self, groups: list, state: dict[str, Any], params: list) -> None:
         for g, own in zip(groups, self.param_groups):
             own.update({k: (tuple(v) if isinstance(v, list) else v)
                         for k, v in g.items() if k != "params"})
@@ -115,7 +187,6 @@ class Optimizer:
                     rebind(own_state[k], jnp.asarray(arr, own_state[k].dtype))
                 else:
                     own_state[k] = Tensor(arr)
-                    context.bump_epoch()
 
 
 __all__ = ["Optimizer"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .. import context
 from ..creation import zeros_like
 from ..ops import OPS
 from ..tensor import Tensor, apply
@@ -49,5 +48,4 @@ class SGD(Optimizer):
         state = self.state[p]
         if "momentum_buffer" not in state:  # momentum switched on after construction
             state["momentum_buffer"] = zeros_like(p)
-            context.bump_epoch()
         return state["momentum_buffer"]

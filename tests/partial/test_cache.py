@@ -191,17 +191,20 @@ def test_a_cached_entry_does_not_keep_the_model_alive():
     assert f.cache_info().captures == 2
 
 
-def test_decorators_are_independent():
+def test_wrappers_of_one_function_share_entries_and_other_settings_do_not():
     def body(x):
         return x + 1
 
     f, g = partial_trace(body), partial_trace(body)
     f(eg.ones(1))
-    assert f.cache_info().captures == 1 and g.cache_info().captures == 0
+    assert f.cache_info().captures == 1 and g.cache_info().captures == 1  # one shared cache
     del f
     gc.collect()
     g(eg.ones(1))
-    assert g.cache_info().captures == 1
+    assert (g.cache_info().captures, g.cache_info().hits) == (1, 1)
+    other = partial_trace(body, cache_size=3)  # other settings: a cache of its own
+    other(eg.ones(1))
+    assert other.cache_info().captures == 1 and g.cache_info().captures == 1
 
 
 def test_modules_built_inside_a_region_are_not_model_changes_or_guards():

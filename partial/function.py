@@ -1,11 +1,15 @@
-"""The decorators: `partial_trace` (a region as one compiled forward and backward segment inside
-eager training), `xla_trace` (a whole step) and `exclude_from_trace`.
+"""`TracedFunction`: what `partial_trace` and `xla_trace` return for a function.
 
-A decorated function keeps a cache of compiled entries. A call flattens its arguments into a
-guard key, finds the entry captured for that key whose other guards still hold, and runs it;
-otherwise it captures the function anew (running its Python once, so Python side effects such as
-`print` happen only then), compiles it and caches it. Past `recompile_limit` captures a warning
-says what changed.
+A call flattens its arguments into a guard key, finds the cached entry for that key whose other
+guards still hold, and runs it; otherwise it captures the function anew (running its Python
+once, so Python side effects such as `print` happen only then), compiles it and caches it. Past
+`recompile_limit` captures a warning says what changed.
+
+Wrappers of the same code with the same settings share one cache (`cache.shared_cache`), so
+`partial_trace(f)(x)` written inline in a loop compiles once; the key holds what tells two such
+functions apart (closure variables, defaults, a bound method's object), so a lambda over another
+model gets its own entry. Calls of one cache run one at a time (its lock), so threads calling one
+compiled step see the results of some serial order.
 
 A capture that meets a break (an `exclude_from_trace()` block, or a value read under
 `graph_breaks=True`) is abandoned, and from then on the function runs its Python on every call
@@ -15,29 +19,24 @@ with ops recorded lazily, each stretch between breaks running as a cached compil
 
 from __future__ import annotations
 
-import contextlib
 import functools as ft
 import logging
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import eager as eg
 from xla_segments import Segment
 
-from .cache import Cache, CacheInfo
+from .cache import CacheInfo, shared_cache
 from .capture import BreakFound, capture
-from .errors import UnsupportedInRegionError
-from .guards import describe_change, flatten_call
+from .key import describe_change, flatten_call, function_token
 from .lazy import Breaks
 from .program import MISS, Entry, refuse_outer_gradients
-from .source import describe_location, short_path, user_location
+from .source import describe_location, short_path
 
 logger = logging.getLogger("partial")
 hooks = eg.hooks
-
-_OPTIONS = {"recompile_limit": 8, "cache_size": 64}
-
 
 class TracedFunction:
     """A function compiled by region: see `partial_trace`. Exposes `cache_info()` and
@@ -54,9 +53,16 @@ class TracedFunction:
         self._recompile_limit = recompile_limit
         self._donate = donate
         self._graph_breaks = graph_breaks
-        self._cache = Cache(cache_size)
-        self._breaks: Breaks | None = None  # set once the function is known to break
-        self._start_with_breaks()
+        self._token = function_token(fn)
+        self._cache = shared_cache(fn, (kind, differentiable, capture_as_const, recompile_limit,
+                                        cache_size, donate, graph_breaks), self._token)
+        if self._cache.breaks is None and not self._cache.captures:
+            self._start_with_breaks()
+
+    @property
+    def _breaks(self) -> Breaks | None:
+        """How the function runs with graph breaks, once it is known to break (shared)."""
+        return self._cache.breaks
 
     def __repr__(self) -> str:
         return f"<{self._kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
@@ -67,8 +73,12 @@ class TracedFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if hooks.current() is not None:  # inside another region's capture: become part of it
             return self._fn(*args, **kwargs)
-        if self._breaks is not None:
-            return self._run_with_breaks(args, kwargs)
+        with self._cache.lock:
+            if self._breaks is not None:
+                return self._run_with_breaks(args, kwargs)
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         call = flatten_call(args, kwargs)
         cache = self._cache
         entry = cache.lookup(call)
@@ -88,8 +98,10 @@ class TracedFunction:
             refuse_outer_gradients(call.tensors)
         if cache.captures >= self._recompile_limit:
             self._warn_recompile(call, args, kwargs, reasons)
+        elif cache.family.captures >= self._recompile_limit:
+            self._warn_wrappers()
         try:
-            program = capture(self._fn, args, kwargs, call, kind=self._kind,
+            program = capture(self._fn, *call.arguments(args, kwargs), call, kind=self._kind,
                               differentiable=self._differentiable,
                               capture_as_const=self._capture_as_const,
                               graph_breaks=self._graph_breaks)
@@ -97,9 +109,10 @@ class TracedFunction:
             self._switch_to_breaks(f"first found: {found.what} at "
                                    f"{describe_location(found.where)}")
             return self._run_with_breaks(args, kwargs)
-        entry = Entry(call.key, program, call, self._name(),
-                      differentiable=self._differentiable, donate=self._donate)
+        entry = Entry(call.key, program, call, self._name(), differentiable=self._differentiable,
+                      donate=self._donate, deaths=cache.deaths)
         cache.captures += 1
+        cache.family.captures += 1
         cache.add(entry)
         try:
             out = entry.run(call)  # compiles: a failure here must not leave the entry cached
@@ -118,8 +131,9 @@ class TracedFunction:
             self._switch_to_breaks("exclude_from_trace() in its code")
 
     def _switch_to_breaks(self, first: str) -> None:
-        self._breaks = Breaks(self._name(), self._kind, self._cache, self._recompile_limit,
-                              self._graph_breaks, self._differentiable, first)
+        self._cache.breaks = Breaks(self._name(), self._kind, self._cache,
+                                    self._recompile_limit, self._graph_breaks,
+                                    self._differentiable, first)
         logger.info("%s: `%s` breaks (%s): it runs its Python on every call, compiling the "
                     "stretches between breaks", self._kind, self._name(), first)
 
@@ -138,14 +152,26 @@ class TracedFunction:
             last = self._cache.most_recent()
             why = describe_change(self._fn, last.key, call.key, args, kwargs) if last else \
                 "no compiled entry was cached (cache_clear() or cache_size)"
-        code = getattr(self._fn, "__code__", None)
-        where = f" ({short_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
+        where = self._where()
         logger.warning(
             "%s: `%s`%s is being captured and compiled for the %d. time (recompile_limit=%d): "
             "%s. Every new argument shape, dtype or plain Python value, and every change of "
             "module structure or training mode, compiles anew; keep them fixed (e.g. pad "
             "batches to a few sizes) or raise recompile_limit.", self._kind, self._name(),
             where, self._cache.captures + 1, self._recompile_limit, why)
+
+    def _warn_wrappers(self) -> None:
+        logger.warning(
+            "%s: `%s`%s is being captured and compiled for the %d. time (recompile_limit=%d) "
+            "by wrappers of the same code over other objects: %s(...) is applied anew to a "
+            "function whose closure variables, defaults or bound object differ each time (a "
+            "lambda over a new model, say). Create the compiled function once, outside the "
+            "loop, and pass what changes as arguments.", self._kind, self._name(),
+            self._where(), self._cache.family.captures + 1, self._recompile_limit, self._kind)
+
+    def _where(self) -> str:
+        code = getattr(getattr(self._fn, "__func__", self._fn), "__code__", None)
+        return f" ({short_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
 
     def segments(self) -> list[Segment]:
         """The compiled segments of the cached entries, least recently used first (each can
@@ -184,6 +210,7 @@ class TracedFunction:
         why each break happened (file and line).
 
         >>> import eager as eg
+        >>> from partial import exclude_from_trace, partial_trace
         >>> @partial_trace
         ... def f(x):
         ...     y = x * 2
@@ -227,9 +254,10 @@ class TracedFunction:
     def cache_clear(self) -> None:
         """Drop every compiled entry (e.g. after rebinding a global the region reads); a
         region that had graph breaks is captured whole again on its next call."""
-        self._cache.clear()
-        self._breaks = None
-        self._start_with_breaks()
+        with self._cache.lock:
+            self._cache.clear()
+            self._cache.breaks = None
+            self._start_with_breaks()
 
 
 def _uses_exclude(fn: Any) -> bool:
@@ -253,156 +281,3 @@ def _describe_break(why: str, where: Any) -> str:
     if where is None:
         return why
     return f"{why} at {short_path(where[0])}:{where[1]}"
-
-
-def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const: bool,
-          options: dict[str, Any], donate: bool = False, graph_breaks: bool = False) -> Any:
-    unknown = set(options) - set(_OPTIONS)
-    if unknown:
-        raise TypeError(f"{kind}() got unknown option(s) {sorted(unknown)}; "
-                        f"options are {sorted(_OPTIONS)}")
-    settings = {**_OPTIONS, **options}
-
-    def decorate(f: Callable) -> TracedFunction:
-        if not callable(f):
-            raise TypeError(f"{kind} decorates a function, got {type(f).__name__}")
-        return TracedFunction(f, kind=kind, differentiable=differentiable,
-                              capture_as_const=capture_as_const, donate=donate,
-                              graph_breaks=graph_breaks, **settings)
-
-    return decorate if fn is None else decorate(fn)
-
-
-def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
-                  capture_as_const: bool = False, graph_breaks: bool = False,
-                  **options: Any) -> Any:
-    """Compile a region of eager code into one XLA forward (and backward) segment.
-
-    Use as `@partial_trace` or `@partial_trace(capture_as_const=True, ...)`. The region's
-    Tensor arguments, and every tensor it reads from closures, globals, modules and optimizers,
-    are inputs of the compiled code (read afresh at each call, so gradients reach them and
-    updates are seen); in-place updates (BatchNorm statistics, `x[...] = v`, an optimizer step)
-    and the RNG state are written back after each call. Under a recording GradManager the call
-    becomes one node of the eager tape whose backward runs one compiled backward executable.
-
-    The Python body runs only when the function is captured (the first call for each guard
-    key), like `jax.jit`: Python side effects happen then, and reading a tensor's value inside
-    raises `TraceError`.
-
-    Graph breaks. A `with exclude_from_trace():` block inside the region runs eagerly on every
-    call, with real values; with `graph_breaks=True` a value read (`.item()`, `.numpy()`,
-    `bool()`, `if t > 0:`) is a break point too instead of an error. A region that breaks
-    re-runs its Python on every call: ops are recorded without computing, and each stretch between
-    breaks runs as a compiled segment (one tape node under a recording GradManager), compiled
-    once per distinct op sequence. A function whose own code uses `exclude_from_trace` runs
-    this way from its first call; one that breaks deeper (in a module it calls, or at a value
-    read) from the call whose capture meets the break, in which the code before the break runs
-    twice. `explain()` and `cache_info()` report the segments and where the breaks were.
-
-    Args:
-        fn: the function (any nesting of Tensors, Modules, Optimizers and plain values in and
-            out).
-        backend: "xla" (the only backend).
-        capture_as_const: bake closed-over tensors that are not reachable from Module or
-            Optimizer arguments, and that the region does not rebind, into the program as
-            constants instead of reading them at every call.
-        graph_breaks: split the region at value reads instead of raising `ValueReadError`.
-        recompile_limit: captures after which a warning explains each new capture (default 8).
-        cache_size: compiled entries kept, least recently used dropped first (default 64).
-
-    >>> import eager as eg, eager.module as M
-    >>> net = M.Linear(4, 2)
-    >>> @partial_trace
-    ... def backbone(x):
-    ...     return net(x) * 2
-    >>> backbone(eg.ones((3, 4))).shape
-    (3, 2)
-    >>> backbone.cache_info().captures
-    1
-    """
-    if backend != "xla":
-        raise ValueError(f"partial_trace: unknown backend {backend!r}; the backend is 'xla'")
-    return _make(fn, "partial_trace", True, capture_as_const, options,
-                 graph_breaks=bool(graph_breaks))
-
-
-def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
-              donate: bool = True, graph_breaks: bool = False, **options: Any) -> Any:
-    """Compile a whole training step (forward, `gm.backward`, `opt.step()`) into one XLA
-    executable that updates the model and optimizer in place.
-
-    Use as `@xla_trace` or `@xla_trace(capture_as_const=True, ...)`. The eager engine runs
-    under capture: the GradManager's tape and backward, its callbacks (scaling, clipping) and
-    the optimizer update are traced into the same program. Every tensor the step updates
-    (parameters, optimizer slots and step counters, BatchNorm statistics, `.grad` left set, the
-    RNG key, tensor arguments updated in place) is written back after the call; hyper-parameters
-    are read from `param_groups` at every call, so schedules do not recompile.
-
-    With `donate=True` (the default) the buffers of the parameters and state the step replaces
-    are donated to it, so it does not hold two copies; the call checks its inputs before
-    anything is donated, so a call that fails then leaves everything intact, and buffers that
-    something else still references are copied rather than donated. With `donate=False` no
-    failure can lose state. Caching, guards, errors and `cache_info()` are those of
-    `partial_trace`. A step is not differentiable from outside: calling it while a GradManager
-    records with one of its inputs attached raises `TraceError`.
-
-    A step with an `exclude_from_trace()` block (or, with `graph_breaks=True`, a value read)
-    runs as `partial_trace` regions with breaks do: its Python re-runs on every call and the
-    stretches between breaks run as compiled segments, `gm.backward` running eagerly over
-    their tape nodes. Nothing is donated then.
-
-    >>> import eager as eg, eager.module as M, eager.optimizer as optim
-    >>> from eager.autodiff import GradManager
-    >>> net = M.Linear(3, 1)
-    >>> opt = optim.SGD(net.parameters(), lr=0.1)
-    >>> @xla_trace
-    ... def step(x):
-    ...     gm = GradManager().attach(net.parameters())
-    ...     with gm:
-    ...         loss = (net(x) ** 2).mean()
-    ...         gm.backward(loss)
-    ...     opt.step().clear_grad()
-    ...     return loss
-    >>> losses = [step(eg.ones((4, 3))).item() for _ in range(3)]
-    >>> losses[2] < losses[0]
-    True
-    """
-    return _make(fn, "xla_trace", False, capture_as_const, options, donate=bool(donate),
-                 graph_breaks=bool(graph_breaks))
-
-
-@contextlib.contextmanager
-def exclude_from_trace() -> Iterator[None]:
-    """Run a block eagerly, with real values, on every call, even inside a traced region.
-
-    Inside a `partial_trace` or `xla_trace` region the region is split at the block: what
-    comes before runs as one compiled segment, the block runs eagerly (prints, `.item()`,
-    appending to lists and data-dependent Python all work), and what follows continues as
-    further segments; tensors flow across, and so do gradients. Outside a region it does
-    nothing.
-
-    >>> import eager as eg
-    >>> seen = []
-    >>> @partial_trace
-    ... def f(x):
-    ...     y = x + 1
-    ...     with exclude_from_trace():
-    ...         seen.append(y.sum().item())
-    ...     return y * 2
-    >>> [f(eg.ones(2)).numpy().tolist() for _ in range(2)]
-    [[4.0, 4.0], [4.0, 4.0]]
-    >>> seen
-    [4.0, 4.0]
-    """
-    h = hooks.current()
-    if h is None:
-        yield
-        return
-    stop = getattr(h, "break_here", None)
-    if stop is None:
-        raise UnsupportedInRegionError(
-            f"{describe_location(user_location())}: exclude_from_trace() inside a capture "
-            "that cannot break; move the block out of it")
-    stop("exclude_from_trace()", user_location())
-    with hooks.capturing(None):
-        yield

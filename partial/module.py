@@ -1,0 +1,78 @@
+"""`TracedModule`: what `partial_trace(module)` returns, a Module whose forward is compiled.
+
+It is the wrapped module as far as its users can tell: the same parameters, buffers, names and
+state dict (no prefix), `train()` / `eval()` and attribute reads and writes reach the module, and
+the traced function's introspection (`cache_info()`, `explain()`, ...) is there too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import eager.module as M
+
+from .function import TracedFunction
+
+_OWN = ("_module", "_traced")
+
+
+class TracedModule(M.Module):
+    """A Module whose calls run `traced` (the compiled forward of `module`).
+
+    >>> import eager as eg, eager.module as M
+    >>> from partial import partial_trace
+    >>> lin = M.Linear(3, 2)
+    >>> fast = partial_trace(lin)
+    >>> isinstance(fast, M.Module), fast.weight is lin.weight, list(fast.state_dict())
+    (True, True, ['weight', 'bias'])
+    >>> fast(eg.ones((4, 3))).shape
+    (4, 2)
+    """
+
+    def __init__(self, module: M.Module, traced: TracedFunction):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_traced", traced)
+        object.__setattr__(self, "structure_version", 0)
+
+    @property
+    def training(self) -> bool:  # type: ignore[override]
+        return self._module.training
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._traced(*args, **kwargs)
+
+    def _items(self) -> Iterator[tuple[str, Any]]:
+        return self._module._items()
+
+    def train(self, mode: bool = True) -> TracedModule:
+        """Set the wrapped module's training mode (a different mode compiles its own entry)."""
+        self._module.train(mode)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _OWN:  # not set yet (during unpickling): no recursion through the module
+            raise AttributeError(name)
+        return getattr(self._module, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._module, name, value)
+
+    def __repr__(self) -> str:
+        return f"partial_trace({self._module!r})"
+
+    # ----- the traced function's introspection ----------------------------------------------
+    def cache_info(self) -> Any:
+        return self._traced.cache_info()
+
+    def cache_clear(self) -> None:
+        self._traced.cache_clear()
+
+    def explain(self) -> str:
+        return self._traced.explain()
+
+    def segments(self) -> list:
+        return self._traced.segments()
+
+    def flat_inputs(self, *args: Any, **kwargs: Any) -> list:
+        return self._traced.flat_inputs(*args, **kwargs)
