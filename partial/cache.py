@@ -12,9 +12,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from .entry import Entry
 from .guards import Same
 from .key import Call
-from .program import Entry
 
 
 @dataclass(frozen=True)

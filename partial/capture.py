@@ -23,7 +23,6 @@ import gc
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -40,20 +39,15 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
-from .guards import ArgumentStateGuard, optimizer_state_signature
+from .guards import optimizer_state_signature
 from .key import STATIC_TYPES, Call
+from .program import Program, build_program
 from .source import describe_location, user_location
+from .sources import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT
 
 hooks = eg.hooks
 _data = hooks.data
 _Tensor, _Module = eg.Tensor, M.Module
-
-# Where an input's value comes from at call time (beyond the Tensor arguments).
-REF, GRAD, HYPER = "ref", "grad", "hyper"
-# Where an output goes after the call.
-ARG, RESULT, CONST = "arg", "result", "const"
-GRAD_DATA, ATTR = "grad data", "attr"
-
 
 class BreakFound(BaseException):
     """Raised inside a capture at the region's first break (an `exclude_from_trace()` block,
@@ -63,40 +57,6 @@ class BreakFound(BaseException):
     def __init__(self, what: str, where: Any):
         super().__init__(what)
         self.what, self.where = what, where
-
-
-@dataclass
-class Program:
-    """A captured region: the jaxpr and how to feed it and use what it returns."""
-
-    jaxpr: Any
-    consts: list  # per constvar: (input position, None) or (None, baked array)
-    n_args: int
-    in_avals: list  # per input (shape, dtype, weak type, placement): arguments first
-    sources: list  # per extra input: (REF, weakref) | (GRAD, owner weakref) | (HYPER, ...)
-    n_results: int
-    deps: list  # per result: frozenset of input positions it depends on differentiably
-    writes: list  # (destination, result index): what to write back after a call
-    out_treedef: Any
-    out_leaves: list  # per output leaf: (RESULT, i) | (ARG, k) | (REF, weakref) | (CONST, v)
-    modules: list  # (weakref, signature exclusions) for every module whose structure matters
-    optimizers: list  # (weakref, (group index, key)s read as inputs, state structure before)
-    grad_presence: list  # (owner weakref, had a .grad) for slots read before written
-    managers: list  # weak references to the GradManagers whose backward the region runs
-    arg_guard: ArgumentStateGuard  # which Tensor arguments are state the region reads
-    settle: list = field(default_factory=list)  # (weakref, result): capture-time result objects
-    seconds: float = 0.0
-    epoch: int = 0  # eager.hooks.epoch() before the capture ran
-
-    def function(self) -> Callable[..., list]:
-        """The pure function over (argument arrays, extra input arrays)."""
-        jaxpr, consts, n = self.jaxpr, self.consts, self.n_args
-
-        def region(*inputs: Any) -> list:
-            values = [inputs[p] if p is not None else v for p, v in consts]
-            return jax.core.eval_jaxpr(jaxpr, values, *inputs[:n])
-
-        return region
 
 
 def _invalidate(t: Any, where: str) -> None:
@@ -495,7 +455,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
 
     try:
         closed = jax.make_jaxpr(region)(*call.arrays)
-        program = _program(cap, closed, call, capture_as_const)
+        program = build_program(cap, closed, call, capture_as_const)
         failed = False
     finally:
         hooks.set_tape_state(saved_tape)
@@ -503,101 +463,3 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
     program.seconds = time.perf_counter() - start
     program.epoch = epoch
     return program
-
-
-def _program(cap: Capture, closed: Any, call: Call, capture_as_const: bool) -> Program:
-    n = cap.n_args
-    baked = _bakeable(cap, call) if capture_as_const else set()
-    # Keep the extra inputs the program uses, in order; renumber them after the arguments.
-    used = {}
-    for c in closed.consts:
-        pos = cap.input_of_array.get(id(c))
-        if pos is not None and pos not in baked:
-            used.setdefault(pos, None)
-    rank = {REF: 0, GRAD: 1, HYPER: 2}  # grouped by kind: a call gathers each kind at once
-    order = sorted(used, key=lambda p: (rank[cap.inputs[p - n][0][0]], p))
-    new_pos = {old: n + i for i, old in enumerate(order)}
-    consts = [(new_pos[p], None) if (p := cap.input_of_array.get(id(c))) in new_pos else (None, c)
-              for c in closed.consts]
-    sources = [cap.inputs[p - n][0] for p in order]
-    in_avals = [_abstract(a) for a in call.arrays] + [_abstract(cap.inputs[p - n][1])
-                                                      for p in order]
-
-    remap = {**{i: i for i in range(n)}, **new_pos}
-    if cap.differentiable:
-        leaves = hooks.leaf_dependencies(cap.result_tensors)
-        deps = [frozenset(remap[q] for t in ls if (q := cap.input_of_tensor.get(id(t))) in remap)
-                for ls in leaves]
-    else:
-        deps = [frozenset()] * len(cap.results)
-
-    modules = _guarded_modules(cap, call)
-    state = _state_tensors(modules, cap.optimizers.values(), call)
-    return Program(
-        jaxpr=closed.jaxpr, consts=consts, n_args=n, in_avals=in_avals, sources=sources,
-        n_results=len(cap.results), deps=deps, writes=cap.writes,
-        out_treedef=cap.out_treedef, out_leaves=cap.out_leaves,
-        modules=[(weakref.ref(m), frozenset(name for (mid, name) in cap.attr_outputs
-                                            if mid == id(m))) for m in modules],
-        optimizers=[(weakref.ref(o), frozenset(cap.hyper_inputs.get(id(o), ())),
-                     cap.optimizer_states[id(o)]) for o in cap.optimizers.values()],
-        grad_presence=[(weakref.ref(owner), had_grad)
-                       for owner, read_first, had_grad in cap.grad_slots.values() if read_first],
-        managers=[weakref.ref(gm) for gm in cap.managers.values()],
-        arg_guard=ArgumentStateGuard(state, call.tensors), settle=cap.settle,
-    )
-
-
-def _abstract(a: Any) -> jax.ShapeDtypeStruct:
-    """What compiling needs of an array (shape, dtype, weak type, placement), without keeping
-    the array alive."""
-    return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=a.sharding)
-
-
-def _guarded_modules(cap: Capture, call: Call) -> list:
-    """Every module the region called or was given, with all their sub-modules."""
-    roots = list(cap.modules.values()) + [o for o in call.objects if isinstance(o, _Module)]
-    seen: dict[int, Any] = {}
-    for root in roots:
-        for m in root.modules():
-            seen.setdefault(id(m), m)
-    return list(seen.values())
-
-
-def _state_tensors(modules: list, optimizers: Any, call: Call) -> dict[int, Any]:
-    """id -> tensor for the parameters, buffers and optimizer state the region may reach."""
-    state: dict[int, Any] = {}
-    for m in modules:
-        for t in m.parameters() + m.buffers():
-            state[id(t)] = t
-    opts = list(optimizers) + [o for o in call.objects if isinstance(o, eg.optimizer.Optimizer)]
-    for o in opts:
-        for g in o.param_groups:
-            for p in g["params"]:
-                state[id(p)] = p
-        for s in o.state.values():
-            for t in s.values():
-                state[id(t)] = t
-    return state
-
-
-def _bakeable(cap: Capture, call: Call) -> set[int]:
-    """Input positions `capture_as_const=True` bakes in: closed-over tensors that the region
-    does not rebind and that are not reachable from Module or Optimizer arguments."""
-    reachable: set[int] = set()
-    for o in call.objects:
-        if isinstance(o, _Module):
-            reachable.update(id(t) for t in o.parameters() + o.buffers())
-        else:
-            reachable.update(id(p) for g in o.param_groups for p in g["params"])
-            reachable.update(id(t) for s in o.state.values() for t in s.values())
-    random_key = id(eg.random.get_state())
-    baked = set()
-    for tid, pos in cap.input_of_tensor.items():
-        if pos < cap.n_args:
-            continue
-        source = cap.inputs[pos - cap.n_args][0]
-        if source[0] == REF and tid not in reachable and tid not in cap.mutated \
-                and tid != random_key:
-            baked.add(pos)
-    return baked

@@ -30,9 +30,9 @@ from xla_segments import Segment
 
 from .cache import CacheInfo, shared_cache
 from .capture import BreakFound, capture
+from .entry import MISS, Entry, refuse_outer_gradients
 from .key import describe_change, flatten_call, function_token
 from .lazy import Breaks
-from .program import MISS, Entry, refuse_outer_gradients
 from .source import describe_location, short_path
 
 logger = logging.getLogger("partial")

@@ -1,312 +1,155 @@
-"""`Entry`: one compiled specialization of a traced function, and its per-call work.
-
-A call gathers the inputs (the Tensor arguments, then every lifted tensor, `.grad` slot and
-hyper-parameter read afresh), checks the guards that are not part of the key, runs the segment
-(through `autograd_bridge`, which records the grad node when one is needed), then writes back
-every effect of the region and rebuilds the output structure.
-"""
+"""`Program`: a captured region as a pure function over arrays, with what a call needs to feed
+it (input sources) and to use what it returns (writes, output leaves), the guards' raw material,
+and `build_program`, which makes one from a finished capture."""
 
 from __future__ import annotations
 
-import sys
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 import eager as eg
-from autograd_bridge import SegmentFunction
-from xla_segments import CompileOptions, Segment
+import eager.module as M
 
-from .capture import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT, Program
-from .errors import NotDifferentiableError
-from .guards import (
-    GradPresenceGuard,
-    ManagerGuard,
-    ModuleGuard,
-    OptimizerGuard,
-    OptimizerStateGuard,
-)
+from .guards import ArgumentStateGuard
 from .key import Call
+from .sources import GRAD, HYPER, REF
 
 hooks = eg.hooks
-_read, _rebind, _history, _data, _deref = (eg.read, eg.rebind, hooks.history, hooks.data,
-                                           hooks.deref)
-_wrap, _is_recording, _assign = hooks.wrap, hooks.is_recording, hooks.assign
-_atomic = hooks.atomic
-
-MISS = object()  # returned by `Entry.run` when the entry cannot serve the call after all
-# References to an input array held by its Tensor, the input list and `getrefcount` itself:
-# any more and the buffer is shared.
-_OWNED = 3
+_Module = M.Module
 
 
-def refuse_outer_gradients(tensors: list) -> None:
-    """Raise when an xla_trace step would be differentiated from outside."""
-    if any(t is not None and hooks.needs_grad(t) for t in tensors):
-        raise NotDifferentiableError(
-            "an xla_trace function is a whole training step and cannot be differentiated from "
-            "outside, but it was called while a GradManager records with one of the tensors it "
-            "reads attached. Call it outside `with gm:`, or compile just the forward part with "
-            "partial_trace, which joins the outer GradManager's tape.")
+@dataclass
+class Program:
+    """A captured region: the jaxpr and how to feed it and use what it returns."""
+
+    jaxpr: Any
+    consts: list  # per constvar: (input position, None) or (None, baked array)
+    n_args: int
+    in_avals: list  # per input (shape, dtype, weak type, placement): arguments first
+    sources: list  # per extra input: (REF, weakref) | (GRAD, owner weakref) | (HYPER, ...)
+    n_results: int
+    deps: list  # per result: frozenset of input positions it depends on differentiably
+    writes: list  # (destination, result index): what to write back after a call
+    out_treedef: Any
+    out_leaves: list  # per output leaf: (RESULT, i) | (ARG, k) | (REF, weakref) | (CONST, v)
+    modules: list  # (weakref, signature exclusions) for every module whose structure matters
+    optimizers: list  # (weakref, (group index, key)s read as inputs, state structure before)
+    grad_presence: list  # (owner weakref, had a .grad) for slots read before written
+    managers: list  # weak references to the GradManagers whose backward the region runs
+    arg_guard: ArgumentStateGuard  # which Tensor arguments are state the region reads
+    settle: list = field(default_factory=list)  # (weakref, result): capture-time result objects
+    seconds: float = 0.0
+    epoch: int = 0  # eager.hooks.epoch() before the capture ran
+
+    def function(self) -> Callable[..., list]:
+        """The pure function over (argument arrays, extra input arrays)."""
+        jaxpr, consts, n = self.jaxpr, self.consts, self.n_args
+
+        def region(*inputs: Any) -> list:
+            values = [inputs[p] if p is not None else v for p, v in consts]
+            return jax.core.eval_jaxpr(jaxpr, values, *inputs[:n])
+
+        return region
 
 
-class Entry:
-    """A captured program compiled for one guard key, with the guards it was captured under."""
+def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool) -> Program:
+    """The `Program` of a finished capture `cap` whose trace is `closed` (a ClosedJaxpr)."""
+    n = cap.n_args
+    baked = _bakeable(cap, call) if capture_as_const else set()
+    # Keep the extra inputs the program uses, in order; renumber them after the arguments.
+    used = {}
+    for c in closed.consts:
+        pos = cap.input_of_array.get(id(c))
+        if pos is not None and pos not in baked:
+            used.setdefault(pos, None)
+    rank = {REF: 0, GRAD: 1, HYPER: 2}  # grouped by kind: a call gathers each kind at once
+    order = sorted(used, key=lambda p: (rank[cap.inputs[p - n][0][0]], p))
+    new_pos = {old: n + i for i, old in enumerate(order)}
+    consts = [(new_pos[p], None) if (p := cap.input_of_array.get(id(c))) in new_pos else (None, c)
+              for c in closed.consts]
+    sources = [cap.inputs[p - n][0] for p in order]
+    in_avals = [_abstract(a) for a in call.arrays] + [_abstract(cap.inputs[p - n][1])
+                                                      for p in order]
 
-    def __init__(self, key: tuple, program: Program, call: Call, name: str, *,
-                 differentiable: bool = True, donate: bool = False, deaths: list | None = None):
-        self.key = key
-        self.program = program
-        self.differentiable = differentiable
-        # Sources come grouped: tensors (by weak reference), then .grad slots, then
-        # hyper-parameters as [optimizer ref, group, key, element, last value, its array].
-        self.refs = [s[1] for s in program.sources if s[0] == REF]
-        self.grads = [s[1] for s in program.sources if s[0] == GRAD]
-        self.hypers = [[s[1], s[2], s[3], s[4], None, None]
-                       for s in program.sources if s[0] == HYPER]
-        self.no_hypers = [None] * len(self.hypers)
-        # Results written into tensors held by reference (BatchNorm statistics, the RNG key,
-        # optimizer state) go in one batch; the other writes one by one.
-        self.ref_writes = [(dest[1], value[1]) for dest, value in program.writes
-                           if dest[0] == REF and value[0] == RESULT]
-        self.writes = [(dest, value) for dest, value in program.writes
-                       if not (dest[0] == REF and value[0] == RESULT)]
-        # Donated: the buffers of lifted tensors the program rebinds (parameters, optimizer
-        # state, statistics, the RNG key), which it then updates in place.
-        position = {id(ref()): program.n_args + i for i, ref in enumerate(self.refs)}
-        self.donated = tuple(sorted(
-            position[id(dest())] for dest, _ in self.ref_writes
-            if donate and dest() is not None and id(dest()) in position))
-        self.copies = 0  # donated buffers that were shared and had to be copied first
-        self.segment = Segment(program.function(), program.in_avals, name=name,
-                               options=CompileOptions(donate=self.donated))
-        self.function = SegmentFunction(self.segment, program.deps, name)
-        self.out_leaves = program.out_leaves
-        self.out_treedef = program.out_treedef
-        self.single_result = (jax.tree_util.treedef_is_leaf(program.out_treedef)
-                              and program.out_treedef.num_leaves == 1
-                              and program.out_leaves[0][0] == RESULT and not self.writes)
-        self.arg_guard = program.arg_guard
-        guards: list = [ModuleGuard(ref(), exclude) for ref, exclude in program.modules
-                        if ref() is not None]
-        for ref, inputs, state in program.optimizers:
-            guards += [OptimizerGuard(ref(), inputs), OptimizerStateGuard(ref(), state)]
-        guards += [GradPresenceGuard(ref(), had) for ref, had in program.grad_presence]
-        guards += [ManagerGuard(ref()) for ref in program.managers if ref() is not None]
-        self.guards = guards
-        self.structural = [g for g in guards if g.structural]
-        self.per_call = [g for g in guards if not g.structural]
-        # As of before the capture: the next call re-validates what the capture itself changed.
-        self.epoch = program.epoch
-        self.settle = program.settle
-        self.forward: Any = None
-        self.dead = False  # set when an object it depends on dies; the cache then drops it
-        self.watched = self._watch(call.objects, program.sources,
-                                   [] if deaths is None else deaths)
+    remap = {**{i: i for i in range(n)}, **new_pos}
+    if cap.differentiable:
+        leaves = hooks.leaf_dependencies(cap.result_tensors)
+        deps = [frozenset(remap[q] for t in ls if (q := cap.input_of_tensor.get(id(t))) in remap)
+                for ls in leaves]
+    else:
+        deps = [frozenset()] * len(cap.results)
 
-    def _watch(self, objects: list, sources: list, deaths: list) -> list:
-        """Weak references whose death kills this entry: Module and Optimizer arguments, lifted
-        tensors and owners of `.grad` slots. The callback only marks it and appends it to
-        `deaths` (the cache's list, emptied at its next lookup): it may run in the middle of
-        any code, in any thread."""
-        me = weakref.ref(self)
+    modules = _guarded_modules(cap, call)
+    state = _state_tensors(modules, cap.optimizers.values(), call)
+    return Program(
+        jaxpr=closed.jaxpr, consts=consts, n_args=n, in_avals=in_avals, sources=sources,
+        n_results=len(cap.results), deps=deps, writes=cap.writes,
+        out_treedef=cap.out_treedef, out_leaves=cap.out_leaves,
+        modules=[(weakref.ref(m), frozenset(name for (mid, name) in cap.attr_outputs
+                                            if mid == id(m))) for m in modules],
+        optimizers=[(weakref.ref(o), frozenset(cap.hyper_inputs.get(id(o), ())),
+                     cap.optimizer_states[id(o)]) for o in cap.optimizers.values()],
+        grad_presence=[(weakref.ref(owner), had_grad)
+                       for owner, read_first, had_grad in cap.grad_slots.values() if read_first],
+        managers=[weakref.ref(gm) for gm in cap.managers.values()],
+        arg_guard=ArgumentStateGuard(state, call.tensors), settle=cap.settle,
+    )
 
-        def died(_: Any) -> None:
-            e = me()
-            if e is not None and not e.dead:
-                e.dead = True
-                deaths.append(me)
 
-        refs = [weakref.ref(o, died) for o in objects]
-        for s in sources:
-            if s[0] in (REF, GRAD):
-                target = s[1]()
-                if target is not None:
-                    refs.append(weakref.ref(target, died))
-        return refs
+def _abstract(a: Any) -> jax.ShapeDtypeStruct:
+    """What compiling needs of an array (shape, dtype, weak type, placement), without keeping
+    the array alive."""
+    return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=a.sharding)
 
-    @property
-    def seconds(self) -> float:
-        """Capture plus compile time spent on this entry so far."""
-        return self.program.seconds + self.segment.compile_seconds
 
-    # ----- guards --------------------------------------------------------------------------
-    def check(self, call: Call) -> str | None:
-        """None when this entry can serve `call`; otherwise what differs."""
-        if self.dead:
-            return "an object the region depends on no longer exists"
-        now = hooks.epoch()
-        if not self.per_call and self.epoch == now and not self.arg_guard.any_state(call.tensors):
-            return None
-        reason = self.arg_guard.check_call(call.tensors)
-        if reason:
-            return reason
-        if self.epoch != now:
-            for guard in self.structural:
-                reason = guard.check()
-                if reason:
-                    return reason
-            self.epoch = now
-        for guard in self.per_call:
-            reason = guard.check()
-            if reason:
-                return reason
-        return None
+def _guarded_modules(cap: Any, call: Call) -> list:
+    """Every module the region called or was given, with all their sub-modules."""
+    roots = list(cap.modules.values()) + [o for o in call.objects if isinstance(o, _Module)]
+    seen: dict[int, Any] = {}
+    for root in roots:
+        for m in root.modules():
+            seen.setdefault(id(m), m)
+    return list(seen.values())
 
-    # ----- a call --------------------------------------------------------------------------
-    def run(self, call: Call) -> Any:
-        """Run the program for `call` and return the region's outputs, or `MISS`.
 
-        From the dispatch (which may donate buffers) to the last write-back the call is a
-        commit: a Ctrl-C then takes effect after it, so state is as after the call."""
-        recording = _is_recording()
-        inputs = self.inputs(call, recording)
-        if inputs is None:
-            return MISS
-        arrays, tensors = inputs
-        if recording and not self.differentiable:
-            refuse_outer_gradients(tensors)
-            recording = False
-        with _atomic():
-            if self.donated:
-                self._unshare(arrays)
-            try:
-                if recording:
-                    outs = self.function(arrays, tensors)
-                else:  # the bridge's inference path, without its checks
-                    forward = self.forward or self._forward()
-                    outs = [_wrap(o) for o in forward(*arrays)]
-            except (TypeError, ValueError):
-                if self._inputs_moved(arrays):  # a lifted tensor changed: capture anew
-                    return MISS
-                raise
-            return self._commit(outs, call)
+def _state_tensors(modules: list, optimizers: Any, call: Call) -> dict[int, Any]:
+    """id -> tensor for the parameters, buffers and optimizer state the region may reach."""
+    state: dict[int, Any] = {}
+    for m in modules:
+        for t in m.parameters() + m.buffers():
+            state[id(t)] = t
+    opts = list(optimizers) + [o for o in call.objects if isinstance(o, eg.optimizer.Optimizer)]
+    for o in opts:
+        for g in o.param_groups:
+            for p in g["params"]:
+                state[id(p)] = p
+        for s in o.state.values():
+            for t in s.values():
+                state[id(t)] = t
+    return state
 
-    def _commit(self, outs: list, call: Call) -> Any:
-        """Write the results back into the tensors the region updated; build the outputs."""
-        if self.settle:
-            self._settle(outs)
-        if self.ref_writes:
-            _assign([ref() for ref, _ in self.ref_writes], [outs[r] for _, r in self.ref_writes])
-        if self.single_result:
-            return outs[0]
-        for dest, value in self.writes:
-            self._write(dest, self._value(value, outs, call), call)
-        leaves = [self._value(leaf, outs, call) for leaf in self.out_leaves]
-        return self.out_treedef.unflatten(leaves)
 
-    def _inputs_moved(self, arrays: list) -> bool:
-        """Whether an input no longer has the shape, dtype or placement it was compiled for
-        (a lifted tensor was rebound to another shape, or moved to another device)."""
-        for a, want in zip(arrays, self.program.in_avals):
-            if (a.shape, a.dtype) != (want.shape, want.dtype) or (
-                    want.sharding is not None and getattr(a, "sharding", None) != want.sharding):
-                return True
-        return False
-
-    def _unshare(self, arrays: list) -> None:
-        """Copy each buffer about to be donated that something else still holds (another
-        Tensor after `detach()`, a raw array the user kept, a recorded tape node), so that
-        donation destroys only what this call replaces."""
-        for i in self.donated:
-            if sys.getrefcount(arrays[i]) > _OWNED:
-                arrays[i] = jnp.array(arrays[i], copy=True)
-                self.copies += 1
-
-    def _settle(self, outs: list) -> None:
-        """First call: the Tensors the capture created hold tracers; give the ones still alive
-        their values and history, and use them as the results, so no tracer leaks."""
-        for ref, r in self.settle:
-            t = ref()
-            if t is not None:
-                _rebind(t, _read(outs[r]), *_history(outs[r]))
-                outs[r] = t
-        self.settle = []
-
-    def inputs(self, call: Call, tensors_too: bool = True) -> tuple[list, list | None] | None:
-        """(arrays, tensors) of every input: arguments, lifted tensors, `.grad` slots,
-        hyper-parameters; None when one of them is gone. The Tensors (which the bridge needs
-        to record a node) only when `tensors_too`."""
-        found = _deref(self.refs)
-        if found is None:
-            return None
-        arrays = call.arrays + found[1]
-        if not (self.grads or self.hypers):
-            return arrays, call.tensors + found[0] if tensors_too else None
-        tensors = call.tensors + found[0]
-        if self.grads:
-            grads = [None if o is None else o.grad for o in (ref() for ref in self.grads)]
-            for g in grads:
-                if g is None:
-                    return None
-            tensors += grads
-            arrays += [_data(g) for g in grads]
-        if self.hypers:
-            values = self._hyper_arrays()
-            if values is None:
-                return None
-            arrays += values
-            tensors += self.no_hypers
-        return arrays, tensors
-
-    def _forward(self) -> Any:
-        self.forward = self.segment.forward().compiled
-        return self.forward
-
-    def _hyper_arrays(self) -> list | None:
-        """The current hyper-parameters as arrays (made anew only when a value changed)."""
-        arrays = []
-        for h in self.hypers:
-            opt = h[0]()
-            if opt is None:
-                return None
-            value = opt.param_groups[h[1]][h[2]]
-            if h[3] is not None:
-                value = value[h[3]]
-            if value != h[4] or h[5] is None:
-                h[4], h[5] = value, jnp.asarray(float(value))
-            arrays.append(h[5])
-        return arrays
-
-    @staticmethod
-    def _value(desc: tuple, outs: list, call: Call) -> Any:
-        kind = desc[0]
-        if kind == RESULT:
-            return outs[desc[1]]
-        if kind == ARG:
-            return call.tensors[desc[1]]
-        if kind == REF:
-            return desc[1]()
-        if kind == GRAD:
-            owner = desc[1]()
-            return None if owner is None else owner.grad
-        return desc[1]  # CONST
-
-    @staticmethod
-    def _write(dest: tuple, value: Any, call: Call) -> None:
-        kind = dest[0]
-        if kind == ARG:
-            target = call.tensors[dest[1]]
-        elif kind == REF:
-            target = dest[1]()
-        elif kind == GRAD_DATA:
-            owner = dest[1]()
-            target = None if owner is None else owner.grad
-        elif kind == GRAD:
-            owner = dest[1]()
-            if owner is not None:
-                owner.grad = value
-            return
+def _bakeable(cap: Any, call: Call) -> set[int]:
+    """Input positions `capture_as_const=True` bakes in: closed-over tensors that the region
+    does not rebind and that are not reachable from Module or Optimizer arguments."""
+    reachable: set[int] = set()
+    for o in call.objects:
+        if isinstance(o, _Module):
+            reachable.update(id(t) for t in o.parameters() + o.buffers())
         else:
-            assert kind == ATTR
-            module = dest[1]()
-            if module is not None:
-                object.__setattr__(module, dest[2], value)
-            return
-        if target is not None:
-            _rebind(target, _read(value), *_history(value))
-
-
-__all__ = ["Entry", "MISS", "CONST"]
+            reachable.update(id(p) for g in o.param_groups for p in g["params"])
+            reachable.update(id(t) for s in o.state.values() for t in s.values())
+    random_key = id(eg.random.get_state())
+    baked = set()
+    for tid, pos in cap.input_of_tensor.items():
+        if pos < cap.n_args:
+            continue
+        source = cap.inputs[pos - cap.n_args][0]
+        if source[0] == REF and tid not in reachable and tid not in cap.mutated \
+                and tid != random_key:
+            baked.add(pos)
+    return baked
