@@ -43,7 +43,19 @@ from .guards import optimizer_state_signature
 from .key import STATIC_TYPES, Call
 from .program import Program, build_program
 from .source import describe_location, user_location
-from .sources import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT
+from .sources import (
+    Argument,
+    Constant,
+    GradOf,
+    GradSlot,
+    Held,
+    Hyper,
+    Lifted,
+    Rebind,
+    Result,
+    SetAttr,
+    SetGrad,
+)
 
 hooks = eg.hooks
 _data = hooks.data
@@ -152,7 +164,7 @@ class Capture(hooks.CaptureHooks):
     # ----- the hooks ---------------------------------------------------------------------
     def read(self, t: Any) -> Any:
         if id(t) not in self.seen:
-            self._lift(t, (REF, weakref.ref(t)))
+            self._lift(t, Lifted(t))
         return _data(t)
 
     def rebind(self, t: Any, value: Any) -> None:
@@ -227,7 +239,7 @@ class Capture(hooks.CaptureHooks):
         g = hooks.raw_grad(owner)
         self.grad_slots.setdefault(id(owner), (owner, True, g is not None))
         if g is not None and id(g) not in self.seen:
-            self._lift(g, (GRAD, weakref.ref(owner)))
+            self._lift(g, GradSlot(owner))
 
     def grad_write(self, owner: Any, value: Any) -> None:
         self._save(owner)
@@ -252,7 +264,7 @@ class Capture(hooks.CaptureHooks):
             with jax.ensure_compile_time_eval():
                 a = jnp.asarray(float(v))
             elem = ei if isinstance(value, (tuple, list)) else None
-            self._new_input((HYPER, weakref.ref(optimizer), gi, key, elem), a)
+            self._new_input(Hyper(optimizer, gi, key, elem), a)
             arrays.append(a)
         result = tuple(arrays) if isinstance(value, (tuple, list)) else arrays[0]
         self.hyper_values[cache_key] = result
@@ -312,7 +324,7 @@ class Capture(hooks.CaptureHooks):
             gc.collect()
             escaped = self._escaped()
         for t in escaped:
-            self.writes.append(((REF, weakref.ref(t)), (RESULT, self._result(t))))
+            self.writes.append(Rebind(Held(t), Result(self._result(t))))
         # The region's own result Tensors may be held elsewhere too (`box["h"] = h; return h`):
         # the first call gives them their values and returns them, as eager code would.
         self.settle = [(weakref.ref(t), r) for r, t in enumerate(self.result_tensors)
@@ -328,17 +340,17 @@ class Capture(hooks.CaptureHooks):
             self.result_tensors.append(t)
         return r
 
-    def _describe(self, t: Any) -> tuple:
+    def _describe(self, t: Any) -> Any:
         """Where a call finds the Tensor `t` stands for: a program output, an argument, a
         tensor by reference, or the current `.grad` of its owner."""
         if self.is_created(t):
-            return (RESULT, self._result(t))
+            return Result(self._result(t))
         if id(t) in self.arg_index:
-            return (ARG, self.arg_index[id(t)])
-        source = self.source_of.get(id(t), (None,))
-        if source[0] == GRAD:
-            return (GRAD, source[1])
-        return (REF, weakref.ref(t))
+            return Argument(self.arg_index[id(t)])
+        source = self.source_of.get(id(t))
+        if isinstance(source, GradSlot):
+            return GradOf(source.owner)
+        return Held(t)
 
     def _outputs(self, out: Any) -> None:
         leaves, self.out_treedef = jax.tree.flatten(out)
@@ -347,9 +359,9 @@ class Capture(hooks.CaptureHooks):
             if isinstance(leaf, _Tensor):
                 self.out_leaves.append(self._describe(leaf))
             elif isinstance(leaf, (_Module, eg.optimizer.Optimizer)):
-                self.out_leaves.append((REF, weakref.ref(leaf)))  # e.g. `return opt.step()`
+                self.out_leaves.append(Held(leaf))  # e.g. `return opt.step()`
             elif isinstance(leaf, (*STATIC_TYPES, np.generic)):
-                self.out_leaves.append((CONST, leaf))
+                self.out_leaves.append(Constant(leaf))
             else:
                 raise UnsupportedOutputError(
                     f"the {self.kind} function returned a {type(leaf).__name__}; it may return "
@@ -360,22 +372,21 @@ class Capture(hooks.CaptureHooks):
     def _effects(self) -> None:
         """Writes for rebound tensors, `.grad` slots and tensor-valued module attributes."""
         for t in self.mutated.values():
-            source = self.source_of.get(id(t), (None,))
+            source = self.source_of.get(id(t))
             if id(t) in self.arg_index:
-                dest: tuple = (ARG, self.arg_index[id(t)])
-            elif source[0] == GRAD:
-                dest = (GRAD_DATA, source[1])
+                dest: Any = Argument(self.arg_index[id(t)])
+            elif isinstance(source, GradSlot):
+                dest = GradOf(source.owner)
             else:
-                dest = (REF, weakref.ref(t))
-            self.writes.append((dest, (RESULT, self._result(t))))
+                dest = Held(t)
+            self.writes.append(Rebind(dest, Result(self._result(t))))
         for owner in self.grads_written.values():
             g = hooks.raw_grad(owner)
-            self.writes.append(((GRAD, weakref.ref(owner)),
-                                (CONST, None) if g is None else self._describe(g)))
+            self.writes.append(SetGrad(owner, Constant(None) if g is None else self._describe(g)))
         for module, name in self.attr_outputs.values():
             v = module.__dict__.get(name)
-            self.writes.append(((ATTR, weakref.ref(module), name),
-                                self._describe(v) if isinstance(v, _Tensor) else (CONST, v)))
+            self.writes.append(SetAttr(module, name, self._describe(v) if isinstance(v, _Tensor)
+                                       else Constant(v)))
 
     def _escaped(self) -> list:
         """Tensors created in the region, still alive, holding a traced value, not returned."""

@@ -29,7 +29,7 @@ from .guards import (
 )
 from .key import Call
 from .program import Program
-from .sources import ARG, ATTR, CONST, GRAD, GRAD_DATA, HYPER, REF, RESULT
+from .sources import GradSlot, Held, Hyper, Lifted, Rebind, Result
 
 hooks = eg.hooks
 _read, _rebind, _history, _data, _deref = (eg.read, eg.rebind, hooks.history, hooks.data,
@@ -61,19 +61,17 @@ class Entry:
         self.key = key
         self.program = program
         self.differentiable = differentiable
-        # Sources come grouped: tensors (by weak reference), then .grad slots, then
-        # hyper-parameters as [optimizer ref, group, key, element, last value, its array].
-        self.refs = [s[1] for s in program.sources if s[0] == REF]
-        self.grads = [s[1] for s in program.sources if s[0] == GRAD]
-        self.hypers = [[s[1], s[2], s[3], s[4], None, None]
-                       for s in program.sources if s[0] == HYPER]
+        # Sources come grouped: lifted tensors, then .grad slots, then hyper-parameters.
+        self.refs = [s.ref for s in program.sources if isinstance(s, Lifted)]
+        self.grads = [s.owner for s in program.sources if isinstance(s, GradSlot)]
+        self.hypers = [s for s in program.sources if isinstance(s, Hyper)]
         self.no_hypers = [None] * len(self.hypers)
         # Results written into tensors held by reference (BatchNorm statistics, the RNG key,
-        # optimizer state) go in one batch; the other writes one by one.
-        self.ref_writes = [(dest[1], value[1]) for dest, value in program.writes
-                           if dest[0] == REF and value[0] == RESULT]
-        self.writes = [(dest, value) for dest, value in program.writes
-                       if not (dest[0] == REF and value[0] == RESULT)]
+        # optimizer state) go in one batch; the other effects one by one.
+        batched = [w for w in program.writes if isinstance(w, Rebind)
+                   and isinstance(w.target, Held) and isinstance(w.value, Result)]
+        self.ref_writes = [(w.target.ref, w.value.index) for w in batched]
+        self.writes = [w for w in program.writes if not any(w is b for b in batched)]
         # Donated: the buffers of lifted tensors the program rebinds (parameters, optimizer
         # state, statistics, the RNG key), which it then updates in place.
         position = {id(ref()): program.n_args + i for i, ref in enumerate(self.refs)}
@@ -88,7 +86,8 @@ class Entry:
         self.out_treedef = program.out_treedef
         self.single_result = (jax.tree_util.treedef_is_leaf(program.out_treedef)
                               and program.out_treedef.num_leaves == 1
-                              and program.out_leaves[0][0] == RESULT and not self.writes)
+                              and isinstance(program.out_leaves[0], Result)
+                              and not self.writes)
         self.arg_guard = program.arg_guard
         guards: list = [ModuleGuard(ref(), exclude) for ref, exclude in program.modules
                         if ref() is not None]
@@ -122,10 +121,9 @@ class Entry:
 
         refs = [weakref.ref(o, died) for o in objects]
         for s in sources:
-            if s[0] in (REF, GRAD):
-                target = s[1]()
-                if target is not None:
-                    refs.append(weakref.ref(target, died))
+            target = s.target()
+            if target is not None:
+                refs.append(weakref.ref(target, died))
         return refs
 
     @property
@@ -193,9 +191,9 @@ class Entry:
             _assign([ref() for ref, _ in self.ref_writes], [outs[r] for _, r in self.ref_writes])
         if self.single_result:
             return outs[0]
-        for dest, value in self.writes:
-            self._write(dest, self._value(value, outs, call), call)
-        leaves = [self._value(leaf, outs, call) for leaf in self.out_leaves]
+        for effect in self.writes:
+            effect.apply(outs, call)
+        leaves = [leaf.get(outs, call) for leaf in self.out_leaves]
         return self.out_treedef.unflatten(leaves)
 
     def _inputs_moved(self, arrays: list) -> bool:
@@ -258,56 +256,8 @@ class Entry:
 
     def _hyper_arrays(self) -> list | None:
         """The current hyper-parameters as arrays (made anew only when a value changed)."""
-        arrays = []
-        for h in self.hypers:
-            opt = h[0]()
-            if opt is None:
-                return None
-            value = opt.param_groups[h[1]][h[2]]
-            if h[3] is not None:
-                value = value[h[3]]
-            if value != h[4] or h[5] is None:
-                h[4], h[5] = value, jnp.asarray(float(value))
-            arrays.append(h[5])
-        return arrays
-
-    @staticmethod
-    def _value(desc: tuple, outs: list, call: Call) -> Any:
-        kind = desc[0]
-        if kind == RESULT:
-            return outs[desc[1]]
-        if kind == ARG:
-            return call.tensors[desc[1]]
-        if kind == REF:
-            return desc[1]()
-        if kind == GRAD:
-            owner = desc[1]()
-            return None if owner is None else owner.grad
-        return desc[1]  # CONST
-
-    @staticmethod
-    def _write(dest: tuple, value: Any, call: Call) -> None:
-        kind = dest[0]
-        if kind == ARG:
-            target = call.tensors[dest[1]]
-        elif kind == REF:
-            target = dest[1]()
-        elif kind == GRAD_DATA:
-            owner = dest[1]()
-            target = None if owner is None else owner.grad
-        elif kind == GRAD:
-            owner = dest[1]()
-            if owner is not None:
-                owner.grad = value
-            return
-        else:
-            assert kind == ATTR
-            module = dest[1]()
-            if module is not None:
-                object.__setattr__(module, dest[2], value)
-            return
-        if target is not None:
-            _rebind(target, _read(value), *_history(value))
+        arrays = [h.array() for h in self.hypers]
+        return None if any(a is None for a in arrays) else arrays
 
 
-__all__ = ["Entry", "MISS", "CONST"]
+__all__ = ["Entry", "MISS"]

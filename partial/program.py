@@ -16,7 +16,7 @@ import eager.module as M
 
 from .guards import ArgumentStateGuard
 from .key import Call
-from .sources import GRAD, HYPER, REF
+from .sources import Lifted
 
 hooks = eg.hooks
 _Module = M.Module
@@ -30,12 +30,12 @@ class Program:
     consts: list  # per constvar: (input position, None) or (None, baked array)
     n_args: int
     in_avals: list  # per input (shape, dtype, weak type, placement): arguments first
-    sources: list  # per extra input: (REF, weakref) | (GRAD, owner weakref) | (HYPER, ...)
+    sources: list  # per extra input: its source (Lifted, GradSlot or Hyper)
     n_results: int
     deps: list  # per result: frozenset of input positions it depends on differentiably
-    writes: list  # (destination, result index): what to write back after a call
+    writes: list  # effects (Rebind, SetGrad, SetAttr): what to write back after a call
     out_treedef: Any
-    out_leaves: list  # per output leaf: (RESULT, i) | (ARG, k) | (REF, weakref) | (CONST, v)
+    out_leaves: list  # per output leaf: a value (Result, Argument, Held, GradOf, Constant)
     modules: list  # (weakref, signature exclusions) for every module whose structure matters
     optimizers: list  # (weakref, (group index, key)s read as inputs, state structure before)
     grad_presence: list  # (owner weakref, had a .grad) for slots read before written
@@ -66,8 +66,8 @@ def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool) -> 
         pos = cap.input_of_array.get(id(c))
         if pos is not None and pos not in baked:
             used.setdefault(pos, None)
-    rank = {REF: 0, GRAD: 1, HYPER: 2}  # grouped by kind: a call gathers each kind at once
-    order = sorted(used, key=lambda p: (rank[cap.inputs[p - n][0][0]], p))
+    # grouped by kind (a call gathers each kind at once), in capture order within a kind
+    order = sorted(used, key=lambda p: (cap.inputs[p - n][0].order, p))
     new_pos = {old: n + i for i, old in enumerate(order)}
     consts = [(new_pos[p], None) if (p := cap.input_of_array.get(id(c))) in new_pos else (None, c)
               for c in closed.consts]
@@ -149,7 +149,7 @@ def _bakeable(cap: Any, call: Call) -> set[int]:
         if pos < cap.n_args:
             continue
         source = cap.inputs[pos - cap.n_args][0]
-        if source[0] == REF and tid not in reachable and tid not in cap.mutated \
+        if isinstance(source, Lifted) and tid not in reachable and tid not in cap.mutated \
                 and tid != random_key:
             baked.add(pos)
     return baked
