@@ -145,13 +145,15 @@ class atomic:  # noqa: N801  (used as a function: `with atomic():`)
         if threading.current_thread() is not threading.main_thread():
             return self
         depth = getattr(_depth, "n", 0)
-        _depth.n = depth + 1
         if depth == 0:
             self.pending = False
             old = signal.getsignal(signal.SIGINT)
             if callable(old):  # a Python handler (the default raises KeyboardInterrupt)
-                self.old = old
+                # signal.signal runs a pending handler before it changes anything: a Ctrl-C
+                # raised here leaves no state behind (the depth is counted only after).
                 signal.signal(signal.SIGINT, self._defer)
+                self.old = old
+        _depth.n = depth + 1
         return self
 
     def _defer(self, signum: int, frame: Any) -> None:
