@@ -125,7 +125,22 @@ def epoch() -> int:
 
 
 # ----- commits ---------------------------------------------------------------------------------
-_depth = threading.local()
+# Signals reach only the main thread, so this state is the main thread's. While `_deferring`, the
+# SIGINT handler installed by `atomic` notes a Ctrl-C instead of passing it to the handler it
+# wraps (`_wrapped`, Python's default raises KeyboardInterrupt); the note is acted on when the
+# outermost block ends. The handler stays installed between blocks (swapping it per block costs
+# two system calls); a handler the program installs later is wrapped in turn at the next block.
+_deferring = 0
+_pending = False
+_wrapped: Any = None
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    global _pending
+    if _deferring:
+        _pending = True
+    else:
+        _wrapped(signum, frame)
 
 
 class atomic:  # noqa: N801  (used as a function: `with atomic():`)
@@ -138,32 +153,31 @@ class atomic:  # noqa: N801  (used as a function: `with atomic():`)
     ...     pass
     """
 
-    __slots__ = ("old", "pending")
+    __slots__ = ("active",)
 
     def __enter__(self) -> atomic:
-        self.old = None
+        global _deferring, _wrapped
+        self.active = False
         if threading.current_thread() is not threading.main_thread():
             return self
-        depth = getattr(_depth, "n", 0)
-        if depth == 0:
-            self.pending = False
-            old = signal.getsignal(signal.SIGINT)
-            if callable(old):  # a Python handler (the default raises KeyboardInterrupt)
+        if not _deferring:
+            current = signal.getsignal(signal.SIGINT)
+            if current is not _on_sigint:
+                if not callable(current):  # ignored, or not Python's: nothing to defer
+                    return self
                 # signal.signal runs a pending handler before it changes anything: a Ctrl-C
-                # raised here leaves no state behind (the depth is counted only after).
-                signal.signal(signal.SIGINT, self._defer)
-                self.old = old
-        _depth.n = depth + 1
+                # raised here leaves nothing behind.
+                signal.signal(signal.SIGINT, _on_sigint)
+                _wrapped = current
+        _deferring += 1
+        self.active = True
         return self
 
-    def _defer(self, signum: int, frame: Any) -> None:
-        self.pending = True
-
     def __exit__(self, *exc: Any) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        global _deferring, _pending
+        if not self.active:
             return
-        _depth.n -= 1
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
-            if self.pending:
-                self.old(signal.SIGINT, None)
+        _deferring -= 1
+        if not _deferring and _pending:
+            _pending = False
+            _wrapped(signal.SIGINT, None)
