@@ -26,7 +26,8 @@ PLAIN = (bool, int, str, bytes, type(None))
 
 
 class Same:
-    """A token equal to another only while both name the same live object.
+    """A token equal to another that names the same object: a new object never equals a dead
+    one, whatever its id (the tokens made for one object share its weak reference).
 
     It holds a weak reference (a strong one for objects that cannot have one, which keeps them
     alive, so their identity cannot be reused); hashes by identity.
@@ -52,6 +53,8 @@ class Same:
     def __eq__(self, other: object) -> bool:
         if type(other) is not Same:
             return False
+        if self.ref is other.ref:  # one weak reference per object: the same object, even dead
+            return True            # (so a key holding it still finds itself in a dict)
         obj = self.ref()
         return obj is not None and obj is other.ref()
 
