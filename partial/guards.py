@@ -143,7 +143,7 @@ def optimizer_keys(opt: optim.Optimizer) -> tuple:
 
 
 def optimizer_signature(opt: optim.Optimizer, inputs: frozenset, keys: tuple) -> tuple:
-    """The structure of `opt`'s param groups: per group its parameters, the value of every
+    """The structure of `opt`'s param groups: per group its size, the value of every
     setting the region baked in, and, for settings it reads as inputs (`inputs` holds their
     (group index, key)), only what selects a different computation (the zero-ness of the
     optimizer's `structural_hypers`, e.g. SGD's momentum). `keys` (per group, at capture)
@@ -161,7 +161,7 @@ def optimizer_signature(opt: optim.Optimizer, inputs: frozenset, keys: tuple) ->
                 items.append((k, bool(v) if k in structural else _input_shape(v)))
             else:
                 items.append((k, value_token(v)))
-        groups.append((tuple(Same(p) for p in g["params"]), tuple(items)))
+        groups.append((len(g["params"]), tuple(items)))
     return tuple(groups)
 
 
@@ -180,19 +180,30 @@ class OptimizerGuard:
     settings the region baked in (numeric hyper-parameters are inputs and may change)."""
 
     structural = False
-    __slots__ = ("ref", "inputs", "keys", "signature")
+    __slots__ = ("ref", "inputs", "keys", "signature", "params")
 
     def __init__(self, opt: optim.Optimizer, inputs: frozenset):
         self.ref = weakref.ref(opt)
         self.inputs = inputs
         self.keys = optimizer_keys(opt)
         self.signature = optimizer_signature(opt, inputs, self.keys)
+        # The parameters by weak reference (one per tensor, reused by every weakref.ref call),
+        # compared by identity: no token objects built on every call.
+        self.params = [[weakref.ref(p) for p in g["params"]] for g in opt.param_groups]
+
+    def _same_params(self, opt: optim.Optimizer) -> bool:
+        for refs, g in zip(self.params, opt.param_groups):
+            for r, p in zip(refs, g["params"]):
+                if r() is not p:
+                    return False
+        return True
 
     def check(self) -> str | None:
         opt = self.ref()
         if opt is None:
             return "an optimizer the region uses no longer exists"
-        if optimizer_signature(opt, self.inputs, self.keys) != self.signature:
+        if optimizer_signature(opt, self.inputs, self.keys) != self.signature \
+                or not self._same_params(opt):
             return "an optimizer's param groups changed (a setting the region bakes in, a " \
                    "structural choice such as momentum on/off, or the groups)"
         return None

@@ -125,16 +125,25 @@ def _in_shardings(in_shardings: Any) -> tuple | None:
                     f"per input, got {type(in_shardings).__name__}")
 
 
-def _xla_options(field: str, options: Any) -> tuple[tuple[str, Any], ...]:
-    """`(name, value)` pairs, sorted by name, each checked to be something XLA can parse."""
+def _pairs(field: str, options: Any, what: str) -> list[tuple]:
+    """`options` (a mapping, or an iterable of pairs) as a list of 2-tuples."""
     pairs = options.items() if isinstance(options, Mapping) else options
     try:
         pairs = [tuple(p) for p in pairs]
     except TypeError:
-        raise TypeError(f"CompileOptions.{field} must be (name, value) pairs or a mapping, "
+        raise TypeError(f"CompileOptions.{field} must be ({what}) pairs or a mapping, "
                         f"got {options!r}") from None
     for pair in pairs:
-        if len(pair) != 2 or not isinstance(pair[0], str):
+        if len(pair) != 2:
+            raise TypeError(f"CompileOptions.{field}: {pair!r} is not a ({what}) pair")
+    return pairs
+
+
+def _xla_options(field: str, options: Any) -> tuple[tuple[str, Any], ...]:
+    """`(name, value)` pairs, sorted by name, each checked to be something XLA can parse."""
+    pairs = _pairs(field, options, "name, value")
+    for pair in pairs:
+        if not isinstance(pair[0], str):
             raise TypeError(f"CompileOptions.{field}: {pair!r} is not a (name, value) pair")
         if not isinstance(pair[1], _OPTION_VALUE_TYPES):
             raise TypeError(f"CompileOptions.{field}: option {pair[0]!r} has a value of type "
@@ -146,18 +155,8 @@ def _xla_options(field: str, options: Any) -> tuple[tuple[str, Any], ...]:
 
 
 def _executable_options(options: Any) -> tuple[tuple[str, tuple[tuple[str, Any], ...]], ...]:
-    per_kind = options.items() if isinstance(options, Mapping) else options
-    try:
-        per_kind = [tuple(p) for p in per_kind]
-    except TypeError:
-        raise TypeError(f"CompileOptions.executable_options must be (kind, options) pairs or a "
-                        f"mapping, got {options!r}") from None
     out = {}
-    for pair in per_kind:
-        if len(pair) != 2:
-            raise TypeError(f"CompileOptions.executable_options: {pair!r} is not a "
-                            f"(kind, options) pair")
-        kind, kind_options = pair
+    for kind, kind_options in _pairs("executable_options", options, "kind, options"):
         if kind not in EXECUTABLE_KINDS:
             raise ValueError(f"CompileOptions.executable_options: unknown executable kind "
                              f"{kind!r}; kinds: {EXECUTABLE_KINDS}")
