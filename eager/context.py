@@ -37,6 +37,11 @@ class CaptureHooks:
         """Return the array an op should use for `tensor` (a tracer, during capture)."""
         return tensor._data
 
+    def applied(self, op: Any, attrs: tuple, inputs: tuple, arrays: list,
+                outputs: tuple) -> None:
+        """Called after the dispatcher ran `op` on `inputs` (read as `arrays`) and wrapped its
+        results in the Tensors `outputs`, with their gradient history set."""
+
     def rebind(self, tensor: Any, value: Any) -> None:
         """Called before `tensor`'s storage is replaced by `value`."""
 
@@ -107,6 +112,13 @@ class capturing:  # noqa: N801  (used as a function: `with capturing(hooks):`)
 
     def __exit__(self, *exc: Any) -> None:
         _ACTIVE.reset(self.token)
+
+
+def hand_over(hooks: CaptureHooks) -> None:
+    """Make `hooks` the active capture of this thread in place of the current one, until the
+    enclosing `capturing` block ends (it restores what was active before it): a capture that
+    cannot go on hands the rest of the region to another engine."""
+    _ACTIVE.set(hooks)
 
 
 _epoch = [0]

@@ -24,10 +24,10 @@ from typing import Any
 
 from . import tape as _tape
 from . import tensor as _tensor
-from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch
+from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
 
 __all__ = [
-    "CaptureHooks", "atomic", "bump_epoch", "capturing", "current", "epoch", "wrap",
+    "CaptureHooks", "atomic", "bump_epoch", "capturing", "current", "epoch", "hand_over", "wrap",
     "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies",

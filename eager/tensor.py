@@ -335,8 +335,8 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     if op.donate is not None and h is None:
         _unshare(arrays, op.donated(key))
     out = fn(*arrays)
-    if h is not None and not mask and op.differentiable:
-        out = h.untracked(out) if not op.multi_output else tuple(h.untracked(o) for o in out)
+    if h is not None:
+        return _apply_captured(h, op, key, inputs, arrays, out, mask)
     if not op.multi_output:
         t = _wrap(out)
         if mask:
@@ -346,6 +346,19 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     if mask:
         _record(op, key, tuple(mask), inputs, arrays, outs)
     return outs
+
+
+def _apply_captured(h: Any, op: Op, key: tuple, inputs: Sequence, arrays: list, out: Any,
+                    mask: list[int]) -> Any:
+    """The end of `apply` while a capture is active: it may cut gradients of outputs that
+    record none, and it sees every op call."""
+    if not mask and op.differentiable:
+        out = h.untracked(out) if not op.multi_output else tuple(h.untracked(o) for o in out)
+    outs = tuple(_wrap(o) for o in out) if op.multi_output else (_wrap(out),)
+    if mask:
+        _record(op, key, tuple(mask), inputs, arrays, outs)
+    h.applied(op, key, inputs, arrays, outs)
+    return outs if op.multi_output else outs[0]
 
 
 # References to an input array held by its Tensor, the `arrays` list and `getrefcount` itself:

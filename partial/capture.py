@@ -12,6 +12,10 @@ module attribute write and tensor created in the region that outlives it becomes
 written back after each call. Everything the capture changed is restored before it returns,
 whether it succeeded or not: the region's effects come from running the compiled program.
 
+A region that breaks (an `exclude_from_trace()` block, a value read under `graph_breaks=True`)
+cannot be one program: at its first break the capture hands what it traced so far to the lazy
+engine, which finishes the call (`handover.py`).
+
 For `partial_trace` the capture records gradients privately, every input being a leaf that needs
 one, so that (a) the program cuts gradients exactly where the eager tape would (`no_grad`,
 `detach`, non-differentiable ops) and (b) each output knows which inputs it depends on.
@@ -19,7 +23,6 @@ one, so that (a) the program cuts gradients exactly where the eager tape would (
 
 from __future__ import annotations
 
-import gc
 import time
 import weakref
 from collections.abc import Callable
@@ -32,66 +35,39 @@ import numpy as np
 import eager as eg
 import eager.module as M
 
-from .errors import (
-    InvalidTensorError,
-    ModuleRebindError,
-    UnsupportedInRegionError,
-    UnsupportedOutputError,
-    ValueReadError,
-)
+from .errors import ModuleRebindError, UnsupportedInRegionError, ValueReadError
 from .guards import optimizer_state_signature
-from .key import STATIC_TYPES, Call
+from .handover import HandedOver, Logging
+from .invalid import invalidate
+from .key import Call
+from .outputs import Outputs
 from .program import Program, build_program
 from .source import describe_location, user_location
-from .sources import (
-    Argument,
-    Constant,
-    GradOf,
-    GradSlot,
-    Held,
-    Hyper,
-    Lifted,
-    Rebind,
-    Result,
-    SetAttr,
-    SetGrad,
-)
+from .sources import GradSlot, Hyper, Lifted
 
 hooks = eg.hooks
 _data = hooks.data
 _Tensor, _Module = eg.Tensor, M.Module
 
-class BreakFound(BaseException):
-    """Raised inside a capture at the region's first break (an `exclude_from_trace()` block,
-    or a value read under `graph_breaks=True`): the region must re-run its Python on every
-    call instead. A BaseException, so user code catching Exception does not swallow it."""
 
-    def __init__(self, what: str, where: Any):
-        super().__init__(what)
-        self.what, self.where = what, where
+class Capture(Logging, Outputs, hooks.CaptureHooks):
+    """The hooks installed while a region runs once under `jax.make_jaxpr`. (The end of the
+    region is classified by `Outputs`; op calls are logged, and the capture handed over at a
+    break, by `Logging`.)"""
 
-
-def _invalidate(t: Any, where: str) -> None:
-    """Make `t`, created inside a capture that failed, raise on any use instead of holding a
-    tracer: its class becomes a subclass whose storage is a property that raises."""
-    message = (f"this tensor was created inside a traced region ({where}) whose capture "
-               "failed, so it never received a value; compute it again outside the region")
-
-    def fail(self: Any) -> Any:
-        raise InvalidTensorError(message)
-
-    hooks.set_data(t, None)
-    t.__class__ = type("InvalidTensor", (type(t),), {
-        "__slots__": (), "_data": property(fail), "__repr__": lambda self: "<invalid tensor>"})
-
-
-class Capture(hooks.CaptureHooks):
-    """The hooks installed while a region runs once under `jax.make_jaxpr`."""
-
-    def __init__(self, kind: str, differentiable: bool, graph_breaks: bool = False):
+    def __init__(self, kind: str, differentiable: bool, graph_breaks: bool = False,
+                 on_break: Callable | None = None, outer_tape: tuple = (0, 0)):
         self.kind = kind  # "partial_trace" or "xla_trace", for messages
         self.differentiable = differentiable
         self.graph_breaks = graph_breaks
+        self.on_break = on_break  # (capture, what, where) -> lazy hooks, or why it cannot
+        self.outer_tape = outer_tape  # the recording state outside the region
+        self.log: list = []  # every op call, for handing over at a break (handover.py)
+        self.unresumable = ""  # why the log cannot be handed over, once it cannot
+        self.arg_tracers: dict[int, Any] = {}  # id(argument tracer) -> argument Tensor
+        self.marked_ids: set[int] = set()
+        self.lazy: Any = None  # the lazy hooks running the rest of the call, once handed over
+        self.eval_context: Any = None  # jax's concrete evaluation, entered at the handover
         self.n_args = 0
         self.arg_index: dict[int, int] = {}  # id(tensor) -> argument position
         self.inputs: list = []  # extra inputs: (source, array)
@@ -146,6 +122,7 @@ class Capture(hooks.CaptureHooks):
         self._new_input(source, _data(t), t)
         if self.differentiable and hooks.mark_leaf(t):
             self.marked.append(t)
+            self.marked_ids.add(id(t))
 
     def add_argument(self, t: Any, tracer: Any) -> None:
         """Tensor argument `t` holds `tracer` while the region runs."""
@@ -155,8 +132,11 @@ class Capture(hooks.CaptureHooks):
         self.input_of_tensor[id(t)] = self.n_args
         self.n_args += 1
         hooks.set_data(t, tracer)
+        self.arg_tracers[id(tracer)] = t
+        self.keep.append(tracer)
         if self.differentiable and hooks.mark_leaf(t):
             self.marked.append(t)
+            self.marked_ids.add(id(t))
 
     def is_created(self, t: Any) -> bool:
         return id(t) in self.made
@@ -186,7 +166,8 @@ class Capture(hooks.CaptureHooks):
                 and id(a) not in self.input_of_array:
             return  # a constant made inside the region (not a view of an input): known now
         if self.graph_breaks:
-            raise BreakFound(what, user_location())
+            self._hand_over(what, user_location()).value_read(t, what)
+            return
         where = describe_location(user_location())
         raise ValueReadError(
             f"{where}: {what} reads the value of a tensor inside a {self.kind} region, where "
@@ -197,8 +178,9 @@ class Capture(hooks.CaptureHooks):
             "F.where(cond, a, b).")
 
     def break_here(self, what: str, where: Any) -> None:
-        """The region asks for a break (`exclude_from_trace()`): stop capturing."""
-        raise BreakFound(what, where)
+        """The region asks for a break (`exclude_from_trace()`): the lazy engine runs the
+        rest of the call, starting with what was captured so far."""
+        self._hand_over(what, where).break_here(what, where)
 
     def module_call(self, module: Any) -> None:
         if not self._is_new(module):  # a module made by the region is made again each run
@@ -289,6 +271,7 @@ class Capture(hooks.CaptureHooks):
         return jax.lax.stop_gradient(array) if self.differentiable else array
 
     def function_call(self, function: Any) -> None:
+        self.unresumable = self.unresumable or f"the custom Function {type(function).__name__}"
         if self.differentiable:
             where = describe_location(user_location())
             raise UnsupportedInRegionError(
@@ -301,6 +284,7 @@ class Capture(hooks.CaptureHooks):
         self.new_managers.add(manager)
 
     def backward(self, manager: Any) -> None:
+        self.unresumable = self.unresumable or "GradManager.backward"
         if manager not in self.new_managers:
             self.managers.setdefault(id(manager), manager)
         if self.differentiable:
@@ -310,95 +294,15 @@ class Capture(hooks.CaptureHooks):
                 "region compiles a forward (and its backward runs when you call gm.backward "
                 "outside it); to compile forward, backward and update together use xla_trace.")
 
-    # ----- end of the region -------------------------------------------------------------
-    def finish(self, out: Any) -> list:
-        """Classify the region's outputs and effects; return the arrays it must output."""
-        self.results: list = []
-        self.result_tensors: list = []
-        self._result_of: dict[int, int] = {}
-        self._outputs(out)
-        self.writes: list = []
-        self._effects()
-        escaped = self._escaped()
-        if escaped:  # look again once reference cycles are gone
-            gc.collect()
-            escaped = self._escaped()
-        for t in escaped:
-            self.writes.append(Rebind(Held(t), Result(self._result(t))))
-        # The region's own result Tensors may be held elsewhere too (`box["h"] = h; return h`):
-        # the first call gives them their values and returns them, as eager code would.
-        self.settle = [(weakref.ref(t), r) for r, t in enumerate(self.result_tensors)
-                       if self.is_created(t)]
-        return list(self.results)
-
-    def _result(self, t: Any) -> int:
-        """The index of the program output carrying `t`'s final value (added on first use)."""
-        r = self._result_of.get(id(t))
-        if r is None:
-            r = self._result_of[id(t)] = len(self.results)
-            self.results.append(_data(t))
-            self.result_tensors.append(t)
-        return r
-
-    def _describe(self, t: Any) -> Any:
-        """Where a call finds the Tensor `t` stands for: a program output, an argument, a
-        tensor by reference, or the current `.grad` of its owner."""
-        if self.is_created(t):
-            return Result(self._result(t))
-        if id(t) in self.arg_index:
-            return Argument(self.arg_index[id(t)])
-        source = self.source_of.get(id(t))
-        if isinstance(source, GradSlot):
-            return GradOf(source.owner)
-        return Held(t)
-
-    def _outputs(self, out: Any) -> None:
-        leaves, self.out_treedef = jax.tree.flatten(out)
-        self.out_leaves = []
-        for leaf in leaves:
-            if isinstance(leaf, _Tensor):
-                self.out_leaves.append(self._describe(leaf))
-            elif isinstance(leaf, (_Module, eg.optimizer.Optimizer)):
-                self.out_leaves.append(Held(leaf))  # e.g. `return opt.step()`
-            elif isinstance(leaf, (*STATIC_TYPES, np.generic)):
-                self.out_leaves.append(Constant(leaf))
-            else:
-                raise UnsupportedOutputError(
-                    f"the {self.kind} function returned a {type(leaf).__name__}; it may return "
-                    "Tensors, Modules, Optimizers, plain Python values and tuples, lists and "
-                    "dicts of them. Return the tensors you need and keep other objects outside "
-                    "the region.")
-
-    def _effects(self) -> None:
-        """Writes for rebound tensors, `.grad` slots and tensor-valued module attributes."""
-        for t in self.mutated.values():
-            source = self.source_of.get(id(t))
-            if id(t) in self.arg_index:
-                dest: Any = Argument(self.arg_index[id(t)])
-            elif isinstance(source, GradSlot):
-                dest = GradOf(source.owner)
-            else:
-                dest = Held(t)
-            self.writes.append(Rebind(dest, Result(self._result(t))))
-        for owner in self.grads_written.values():
-            g = hooks.raw_grad(owner)
-            self.writes.append(SetGrad(owner, Constant(None) if g is None else self._describe(g)))
-        for module, name in self.attr_outputs.values():
-            v = module.__dict__.get(name)
-            self.writes.append(SetAttr(module, name, self._describe(v) if isinstance(v, _Tensor)
-                                       else Constant(v)))
-
-    def _escaped(self) -> list:
-        """Tensors created in the region, still alive, holding a traced value, not returned."""
-        alive = [r() for r in list(self.made.values())]
-        return [t for t in alive if t is not None and id(t) not in self._result_of
-                and isinstance(_data(t), jax.core.Tracer)]
-
     # ----- putting things back -------------------------------------------------------------
     def restore(self, failed: bool) -> None:
         """Put back every tensor, `.grad` slot and tensor-valued module attribute (all module
         attributes, when the capture failed; otherwise plain values the region assigned stay,
-        as Python side effects of the capture)."""
+        as Python side effects of the capture). Once handed over, the lazy engine owns
+        the call's effects: nothing is put back."""
+        if self.lazy is not None:
+            self._forget()
+            return
         for t, snap in self.saved.values():
             hooks.restore(t, snap)
         for t in self.marked:
@@ -415,7 +319,7 @@ class Capture(hooks.CaptureHooks):
             for r in list(self.made.values()):
                 t = r()
                 if t is not None and isinstance(_data(t), jax.core.Tracer):
-                    _invalidate(t, where)
+                    invalidate(t, where)
         self._forget()
 
     def _forget(self) -> None:
@@ -427,30 +331,34 @@ class Capture(hooks.CaptureHooks):
                        self.source_of, self.made, self.mutated, self.grad_slots,
                        self.grads_written, self.setattrs, self.attr_outputs, self.modules,
                        self.new_modules, self.optimizers, self.hyper_values, self.keep,
-                       self.marked, self.managers):
+                       self.marked, self.managers, self.log, self.arg_tracers):
             holder.clear()
         self.results = self.result_tensors = self.settle = []
+        self.lazy = None
 
 
 _MISSING = object()
 
 
 def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
-            differentiable: bool, capture_as_const: bool, graph_breaks: bool = False) -> Program:
+            differentiable: bool, capture_as_const: bool, graph_breaks: bool = False,
+            on_break: Callable | None = None) -> Program:
     """Run `fn(*args, **kwargs)` once under `jax.make_jaxpr` and describe it as a `Program`.
 
     `call` is the flattened arguments (`guards.flatten_call`). The tensors, modules, optimizers,
-    `.grad` slots and the RNG state are exactly as before when this returns or raises. Raises
-    `BreakFound` at the region's first break.
+    `.grad` slots and the RNG state are exactly as before when this returns or raises. At the
+    region's first break, `on_break(capture, what, where)` gives the lazy hooks that run the
+    rest of the call (then `HandedOver` is raised once the call is done), or says why none
+    can (then `BreakFound` is raised and nothing ran).
     """
     start = time.perf_counter()
     eg.random.get_state()  # the key must exist before the region so it is an input, not baked
-    cap = Capture(kind, differentiable, graph_breaks)
+    saved_tape = hooks.tape_state()
+    cap = Capture(kind, differentiable, graph_breaks, on_break, saved_tape)
     for o in call.objects:
         if isinstance(o, eg.optimizer.Optimizer):
             cap.see_optimizer(o)
     epoch = hooks.epoch()
-    saved_tape = hooks.tape_state()
     failed = True
 
     def region(*arg_arrays: Any) -> list:
@@ -459,9 +367,11 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
         hooks.set_tape_state((1, 0) if differentiable else (0, 0))
         try:
             with hooks.capturing(cap):
-                out = fn(*args, **kwargs)
+                out = _run(cap, fn, args, kwargs)
         finally:
             hooks.set_tape_state(saved_tape)
+            if cap.eval_context is not None:
+                cap.eval_context.__exit__(None, None, None)
         return cap.finish(out)
 
     try:
@@ -474,3 +384,22 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
     program.seconds = time.perf_counter() - start
     program.epoch = epoch
     return program
+
+
+def _run(cap: Capture, fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """Run the region; once it was handed over to the lazy engine, finish the call there."""
+    try:
+        out = fn(*args, **kwargs)
+    except BaseException:
+        if cap.lazy is not None:
+            cap.lazy.abandon()
+        raise
+    if cap.lazy is None:
+        return out
+    try:
+        cap.lazy.flush("end of the region", None)
+    except BaseException:
+        cap.lazy.abandon()
+        raise
+    cap.lazy.saved.clear()
+    raise HandedOver(out, cap.lazy.report)

@@ -59,10 +59,10 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
     `bool()`, `if t > 0:`) is a break point too instead of an error. A region that breaks
     re-runs its Python on every call: ops are recorded without computing, and each stretch between
     breaks runs as a compiled segment (one tape node under a recording GradManager), compiled
-    once per distinct op sequence. A function whose own code uses `exclude_from_trace` runs
-    this way from its first call; one that breaks deeper (in a module it calls, or at a value
-    read) from the call whose capture meets the break, in which the code before the break runs
-    twice. `explain()` and `cache_info()` report the segments and where the breaks were.
+    once per distinct op sequence. The first call that meets a break, wherever it is (in a
+    module the region calls too), is captured up to it and finished lazily, so the code
+    before the break runs once. `explain()` and `cache_info()` report the segments and where
+    the breaks were.
 
     Args:
         fn: the function (any nesting of Tensors, Modules, Optimizers and plain values in and

@@ -12,9 +12,9 @@ model gets its own entry. Calls of one cache run one at a time (its lock), so th
 compiled step see the results of some serial order.
 
 A capture that meets a break (an `exclude_from_trace()` block, or a value read under
-`graph_breaks=True`) is abandoned, and from then on the function runs its Python on every call
-with ops recorded lazily, each stretch between breaks running as a cached compiled segment
-(`lazy.py`).
+`graph_breaks=True`) hands the rest of the call to the lazy engine (`handover.py`), and from
+then on the function runs its Python on every call with ops recorded lazily, each stretch
+between breaks running as a cached compiled segment (`lazy.py`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ import eager as eg
 from xla_segments import Segment
 
 from .cache import CacheInfo, shared_cache
-from .capture import BreakFound, capture
+from .capture import capture
 from .entry import MISS, Entry, refuse_outer_gradients
+from .handover import BreakFound, HandedOver, hand_over
 from .key import describe_change, flatten_call, function_token
 from .lazy import Breaks
 from .source import describe_location, short_path
@@ -56,8 +57,6 @@ class TracedFunction:
         self._token = function_token(fn)
         self._cache = shared_cache(fn, (kind, differentiable, capture_as_const, recompile_limit,
                                         cache_size, donate, graph_breaks), self._token)
-        if self._cache.breaks is None and not self._cache.captures:
-            self._start_with_breaks()
 
     @property
     def _breaks(self) -> Breaks | None:
@@ -104,10 +103,18 @@ class TracedFunction:
             program = capture(self._fn, *call.arguments(args, kwargs), call, kind=self._kind,
                               differentiable=self._differentiable,
                               capture_as_const=self._capture_as_const,
-                              graph_breaks=self._graph_breaks)
+                              graph_breaks=self._graph_breaks, on_break=self._hand_over)
+        except HandedOver as done:  # it broke; the lazy engine finished the call
+            self._breaks.last = done.report
+            return done.out
         except BreakFound as found:
-            self._switch_to_breaks(f"first found: {found.what} at "
-                                   f"{describe_location(found.where)}")
+            first = f"first found: {found.what} at {describe_location(found.where)}"
+            logger.warning(
+                "%s: `%s` breaks (%s), after %s, which a capture cannot hand over to the lazy "
+                "engine, so this first call runs again from the start with graph breaks: its "
+                "Python before the break ran twice in this call (once from now on).",
+                self._kind, self._name(), first, found.why)
+            self._switch_to_breaks(first)
             return self._run_with_breaks(args, kwargs)
         entry = Entry(call.key, program, call, self._name(), differentiable=self._differentiable,
                       donate=self._donate, deaths=cache.deaths)
@@ -123,19 +130,19 @@ class TracedFunction:
             raise RuntimeError(f"{self._kind}: a freshly compiled entry refused its own call")
         return out
 
-    def _start_with_breaks(self) -> None:
-        """A function whose own code uses `exclude_from_trace` breaks: run it that way from
-        the first call, rather than capturing it up to the block first (which would run the
-        code before the block twice in that call)."""
-        if _uses_exclude(self._fn):
-            self._switch_to_breaks("exclude_from_trace() in its code")
+    def _hand_over(self, cap: Any, what: str, where: Any) -> Any:
+        """At the first break of a capture: the lazy hooks that finish the call (the region
+        runs with breaks from now on), or why the capture cannot be handed over."""
+        first = f"first found: {what} at {describe_location(where)}"
+        return hand_over(cap, lambda: self._switch_to_breaks(first))
 
-    def _switch_to_breaks(self, first: str) -> None:
-        self._cache.breaks = Breaks(self._name(), self._kind, self._cache,
-                                    self._recompile_limit, self._graph_breaks,
-                                    self._differentiable, first)
+    def _switch_to_breaks(self, first: str) -> Breaks:
+        breaks = self._cache.breaks = Breaks(self._name(), self._kind, self._cache,
+                                             self._recompile_limit, self._graph_breaks,
+                                             self._differentiable, first)
         logger.info("%s: `%s` breaks (%s): it runs its Python on every call, compiling the "
                     "stretches between breaks", self._kind, self._name(), first)
+        return breaks
 
     def _run_with_breaks(self, args: tuple, kwargs: dict) -> Any:
         if not self._differentiable and hooks.is_recording():
@@ -220,7 +227,7 @@ class TracedFunction:
         >>> f(eg.ones(3)).numpy().tolist()
         [2.0, 2.0, 2.0]
         >>> print(f.explain())  # doctest: +ELLIPSIS
-        partial_trace `f` has graph breaks (exclude_from_trace() in its code): it re-runs ...
+        partial_trace `f` has graph breaks (first found: exclude_from_trace() at ...
         the last call ran 2 segments:
           1. 1 op (compiled), then exclude_from_trace() at ...
           2. 1 op (compiled), then the end of the region
@@ -257,24 +264,6 @@ class TracedFunction:
         with self._cache.lock:
             self._cache.clear()
             self._cache.breaks = None
-            self._start_with_breaks()
-
-
-def _uses_exclude(fn: Any) -> bool:
-    """Whether the code of `fn` (a function, method, Module or callable object), including
-    functions defined inside it, names `exclude_from_trace`."""
-    target = getattr(fn, "__func__", fn)
-    code = getattr(target, "__code__", None)
-    if code is None:
-        method = getattr(type(fn), "forward", None) or type(fn).__call__
-        code = getattr(method, "__code__", None)
-    stack = [code] if code is not None else []
-    while stack:
-        code = stack.pop()
-        if "exclude_from_trace" in code.co_names or "exclude_from_trace" in code.co_freevars:
-            return True
-        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
-    return False
 
 
 def _describe_break(why: str, where: Any) -> str:

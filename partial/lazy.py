@@ -35,8 +35,8 @@ import eager as eg
 from autograd_bridge import SegmentFunction
 from xla_segments import Segment
 
-from .capture import _invalidate
 from .errors import UnsupportedInRegionError, ValueReadError
+from .invalid import invalidate
 from .key import tensor_spec
 from .source import describe_location, short_path, user_location
 
@@ -358,7 +358,7 @@ class LazyRun(hooks.CaptureHooks):
         for ref in st.holders:
             t = ref()
             if t is not None and type(_data(t)) is Pending:
-                _invalidate(t, where)
+                invalidate(t, where)
         self.stretch = Stretch(_START)
 
 

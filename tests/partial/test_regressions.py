@@ -352,7 +352,6 @@ def _region_with_helper(before, log):
     return region
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12 point 7: break mode still chosen by names")
 @pytest.mark.parametrize("make", [_region_with_alias, _region_with_helper],
                          ids=["aliased-import", "helper-function"])
 def test_code_before_an_exclude_block_runs_once_per_call(make):

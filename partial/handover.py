@@ -1,0 +1,249 @@
+"""Handing a capture over to the lazy engine at the region's first break.
+
+The first call of a region does not know whether the region breaks (an `exclude_from_trace()`
+block, a value read under `graph_breaks=True`): nothing tells before its Python runs. So it is
+captured, and if a break comes, the capture does not start the call again (that would run the
+Python before the break twice): it hands what it traced so far to the lazy engine (`lazy.py`),
+which runs the rest of the call, and every later call, as it runs any region with breaks.
+
+How it works. While capturing, every op call is logged with its inputs, outputs and whether
+eager code would have recorded it (`Capture.applied`). At the break the log is turned into the
+lazy engine's first stretch, as if the ops had been recorded lazily: each tracer an op produced
+becomes a `Pending` placeholder, each tracer of a Tensor argument its real array again, and each
+Tensor holding a tracer the matching placeholder, with the gradient history eager code would have
+given it. The lazy engine's hooks replace the capture's, and the rest of the region runs on real
+arrays (in `jax.core.eval_context()`, since it still runs inside the capture's trace).
+
+What the log cannot describe (a `GradManager.backward` or a custom `Function` before the break,
+in an `xla_trace` step) is not handed over: the call then starts again lazily (`BreakFound`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import jax
+
+import eager as eg
+
+from .key import tensor_spec
+from .lazy import _NO_INPUT, _START, INPUT, VALUE, Breaks, LazyRun, Pending, Stretch
+
+hooks = eg.hooks
+_data = hooks.data
+_Tensor, _Tracer = eg.Tensor, jax.core.Tracer
+
+
+class BreakFound(BaseException):
+    """Raised inside a capture at the region's first break (an `exclude_from_trace()` block,
+    or a value read under `graph_breaks=True`) when the capture cannot hand the rest of the
+    call over to the lazy engine (`why`): the call must be run again lazily. A BaseException,
+    so user code catching Exception does not swallow it."""
+
+    def __init__(self, what: str, where: Any, why: str):
+        super().__init__(what)
+        self.what, self.where, self.why = what, where, why
+
+
+class HandedOver(BaseException):
+    """Raised out of a capture whose region met a break and finished lazily: the call is done,
+    `out` is what the region returned and `report` how its stretches ran."""
+
+    def __init__(self, out: Any, report: list):
+        super().__init__("handed over")
+        self.out, self.report = out, report
+
+
+class Logging:
+    """The part of `Capture` that logs every op call, and hands the capture over at a break."""
+
+    def applied(self, op: Any, attrs: tuple, inputs: tuple, arrays: list,
+                outputs: tuple) -> None:
+        if self.unresumable or self.on_break is None:
+            return
+        recording = self.eager_recording()
+        ins = tuple(self._logged(x, a, recording) for x, a in zip(inputs, arrays))
+        self.log.append((op, attrs, ins, recording,
+                         tuple((_data(o), hooks.history(o)) for o in outputs)))
+
+    def _logged(self, x: Any, a: Any, recording: bool) -> tuple:
+        """An op input as the log keeps it: (tensor or its id, array, needs, history). Only a
+        tensor that needs a gradient is held: the log must not keep temporaries alive."""
+        if not isinstance(x, _Tensor):
+            return (x, x, False, None)
+        needs = self.eager_needs(x, recording)
+        held = needs and not isinstance(a, jax.core.Tracer)  # else found through its array
+        return (x if held else id(x), a, needs, hooks.history(x))
+
+    def eager_recording(self) -> bool:
+        """Whether eager code would record an op now (the capture of a partial_trace region
+        records privately, one level above what the code outside set)."""
+        r, p = hooks.tape_state()
+        outer_r, outer_p = self.outer_tape
+        return outer_r + r - self.differentiable > 0 and outer_p + p == 0
+
+    def eager_needs(self, t: Any, recording: bool) -> bool:
+        """Whether eager code would send a gradient to `t` from an op recorded now."""
+        if not recording or _data(t).dtype.kind not in "fc":
+            return False
+        node = self.saved[id(t)][1][1] if id(t) in self.saved and id(t) not in self.mutated \
+            else t._node
+        return node is not None or t._tracked - (id(t) in self.marked_ids) > 0
+
+    def _hand_over(self, what: str, where: Any) -> Any:
+        """Hand the rest of the call to the lazy engine (`on_break`), whose hooks are
+        returned; raise `BreakFound` where it cannot take over."""
+        why = self.unresumable or "no lazy engine to hand over to"
+        lazy = None if self.on_break is None else self.on_break(self, what, where)
+        if isinstance(lazy, str):
+            why, lazy = lazy, None
+        if lazy is None:
+            raise BreakFound(what, where, why)
+        self.lazy = lazy
+        # The rest runs on real arrays although the capture's trace is still current. (Not
+        # ensure_compile_time_eval: it also folds constants while segments are traced for
+        # compilation, which changes their numerics.)
+        self.eval_context = jax.core.eval_context()
+        self.eval_context.__enter__()
+        hooks.hand_over(lazy)
+        return lazy
+
+
+class Plan:
+    """What a capture traced so far, as the lazy engine's first stretch."""
+
+    def __init__(self, cap: Any):
+        self.cap = cap
+        self.stretch = Stretch(_START)
+        self.values: dict[int, tuple] = {}  # id(tracer) -> (value index, history, diff)
+
+    def build(self) -> str:
+        """Turn the capture's log into the stretch; return why it cannot be, or ''."""
+        for op, attrs, ins, recording, outs in self.cap.log:
+            descs = []
+            tracked = False
+            for x, a, needs, hist in ins:
+                desc = self._input(x, a, needs, hist)
+                if desc is None:
+                    return f"an input of {op.name} computed outside the framework's ops"
+                tracked = tracked or (desc[0] == VALUE and desc[2]) or (desc[0] == INPUT
+                                                                        and needs)
+                descs.append(desc)
+            recorded = op.differentiable and recording and tracked
+            self.stretch.records.append((op, attrs, tuple(descs), recorded))
+            self.stretch.counts.append(len(outs))
+            for i, (a, hist) in enumerate(outs):
+                aval = jax.typeof(a)
+                diff = recorded and i not in op.nondiff_outputs and aval.dtype.kind in "fc"
+                if isinstance(a, _Tracer):
+                    self.values[id(a)] = (len(self.stretch.out_avals), hist, diff)
+                self.stretch.out_avals.append(aval)
+                self.stretch.nondiff.append(not diff)
+        return ""
+
+    def _input(self, x: Any, a: Any, needs: bool, hist: Any) -> tuple | None:
+        st = self.stretch
+        if isinstance(a, _Tracer):
+            v = self.values.get(id(a))
+            if v is not None:
+                index, made_with, diff = v
+                return (VALUE, index, diff and hist == made_with)
+            arg = self.cap.arg_tracers.get(id(a))
+            if arg is None:
+                return None
+            return (INPUT, self._tensor_slot(arg, self.cap.saved[id(arg)][1][0], needs))
+        if isinstance(x, (_Tensor, int)) and hist is not None:  # a tensor, or its id
+            return (INPUT, self._tensor_slot(x, a, needs))
+        if x is None:
+            return _NO_INPUT
+        return (INPUT, LazyRun._array_input(st, x))
+
+    def _tensor_slot(self, t: Any, a: Any, needs: bool) -> int:
+        """The input slot of tensor `t` (held when it needs a gradient, else its id)."""
+        st = self.stretch
+        key = (t if type(t) is int else id(t), id(a), needs)
+        slot = st.slot_of.get(key)
+        if slot is None:
+            slot = st.slot_of[key] = len(st.inputs)
+            st.specs.append((tensor_spec(a), needs))
+            st.avals.append(jax.typeof(a))
+            st.inputs.append(a)
+            st.parents.append((t, *self._eager_history(t)) if needs else None)
+        return slot
+
+    def _eager_history(self, t: Any) -> tuple:
+        saved = self.cap.saved.get(id(t))
+        return saved[1][1:3] if saved is not None else hooks.history(t)
+
+    def conversions(self) -> list | None:
+        """For every live tensor the capture touched that holds a tracer: (tensor, new array,
+        new history); None if one holds a tracer the stretch does not produce."""
+        cap = self.cap
+        pending = [Pending(aval, i) for i, aval in enumerate(self.stretch.out_avals)]
+        tensors = {id(t): t for t, _ in cap.saved.values()}
+        for ref in cap.made.values():
+            if (t := ref()) is not None:
+                tensors[id(t)] = t
+        out = []
+        for t in tensors.values():
+            a = hooks.data(t)
+            if not isinstance(a, _Tracer):
+                continue
+            v = self.values.get(id(a))
+            if v is not None:
+                index, made_with, diff = v
+                p = pending[index]
+                out.append((t, p, (p, 0) if diff and hooks.history(t) == made_with else
+                            (None, 0)))
+            elif (arg := cap.arg_tracers.get(id(a))) is not None:
+                snap = cap.saved[id(arg)][1]
+                out.append((t, snap[0], snap[1:3] if t is arg else (None, 0)))
+            else:
+                return None
+        return out
+
+    def install(self, breaks: Breaks, conversions: list) -> LazyRun:
+        """Give the tensors their placeholders or real arrays, put back what the capture
+        changed only for its own sake, and return the lazy hooks holding the stretch."""
+        cap = self.cap
+        converted = {id(t) for t, _, _ in conversions}
+        for t in cap.marked:
+            hooks.unmark_leaf(t)
+        cap.marked.clear()
+        run = LazyRun(breaks)
+        run.stretch = self.stretch
+        for t, snap in cap.saved.values():
+            if id(t) in cap.mutated or id(t) in cap.grads_written:
+                run.saved[id(t)] = (t, snap)  # a change of this call, undone if it fails
+            if id(t) not in converted and id(t) not in cap.mutated:
+                hooks.restore(t, (*snap[:3], hooks.raw_grad(t)))  # lifted: copies, leaf marks
+        for t, array, (node, out_idx) in conversions:
+            hooks.set_data(t, array)
+            hooks.set_history(t, node, out_idx)
+            if type(array) is Pending:
+                self.stretch.holders.append(weakref.ref(t))
+        for key, ref in cap.made.items():
+            t = ref()
+            if t is not None and key not in converted:
+                run.constants[key] = ref
+        (r, p), (outer_r, outer_p) = hooks.tape_state(), cap.outer_tape
+        hooks.set_tape_state((outer_r + r - cap.differentiable, outer_p + p))
+        return run
+
+
+def hand_over(cap: Any, start_breaks: Any) -> Any:
+    """The lazy hooks that run the rest of the call captured by `cap`, holding what it traced
+    so far; or why it cannot be handed over (a string). `start_breaks()` switches the region
+    to running with breaks and returns its `Breaks`."""
+    if cap.unresumable:
+        return f"{cap.unresumable} ran before it"
+    plan = Plan(cap)
+    why = plan.build()
+    if why:
+        return why
+    conversions = plan.conversions()
+    if conversions is None:
+        return "a tensor holds a value computed outside the framework's ops"
+    with hooks.atomic():  # a Ctrl-C must not leave tensors half converted
+        return plan.install(start_breaks(), conversions)

@@ -1,0 +1,184 @@
+"""The first call of a region that breaks: its capture hands what it traced so far to the lazy
+engine at the first break, wherever the break is, so the code before it runs once. Every run
+is checked against the same code run eagerly."""
+
+import logging
+
+import numpy as np
+import pytest
+
+import eager as eg
+import eager.functional as F
+import eager.module as M
+import eager.optimizer as optim
+from eager.autodiff import GradManager
+from partial import exclude_from_trace, partial_trace, xla_trace
+from partial import exclude_from_trace as eager_block
+
+from .differential import World, check_against_eager, snapshot
+
+
+def _batch(i, n=6):
+    rng = np.random.default_rng([i, 5])
+    return (eg.tensor(rng.standard_normal((n, 8)).astype(np.float32)),
+            eg.tensor(rng.integers(0, 4, n).astype(np.int32)))
+
+
+def _log_mean(log, h):
+    with eager_block():  # an alias, in a helper: nothing in the region's code names it
+        log.append(round(h.mean().item(), 5))
+
+
+class _Logging(M.Module):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def forward(self, h):
+        with exclude_from_trace():
+            self.log.append(round(h.mean().item(), 5))
+        return h
+
+
+def _breaks(where, log):
+    """A break of kind `where`, as a function of the tensor it looks at."""
+    if where == "helper":
+        return lambda h: (_log_mean(log, h), h)[1]
+    if where == "module":
+        return _Logging(log)
+    if where == "value read":
+        return lambda h: (log.append(bool(h.mean() > 0)), h)[1]
+    raise ValueError(where)
+
+
+@pytest.mark.parametrize("where", ["helper", "module", "value read"])
+@pytest.mark.parametrize("compile", [partial_trace, xla_trace], ids=["partial", "xla"])
+def test_the_code_before_the_first_break_runs_once_per_call(where, compile):
+    def build(wrap):
+        net = M.Sequential(M.Linear(8, 16), M.BatchNorm1d(16), M.ReLU(), M.Dropout(0.25),
+                           M.Linear(16, 4))
+        params = net.parameters()
+        opt = optim.SGD(params, lr=0.05, momentum=0.9)
+        gm = GradManager().attach(params)
+        log, runs = [], []
+        look = _breaks(where, log)
+
+        def forward(x):
+            runs.append(1)  # the Python before the break
+            return net[3:](look(net[:3](x)))
+
+        def train_step(x, y):  # the whole step, for xla_trace
+            with gm:
+                loss = F.cross_entropy(forward(x), y)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+
+        if compile is xla_trace:
+            step_fn = wrap(train_step)
+        else:
+            region = wrap(forward)
+
+            def step_fn(x, y):
+                with gm:
+                    loss = F.cross_entropy(region(x), y)
+                    gm.backward(loss)
+                opt.step().clear_grad()
+                return loss
+
+        def step(i):
+            loss = step_fn(*_batch(i))
+            return loss, list(log), len(runs)
+
+        return World(step, modules=[net], optimizers=[opt],
+                     traced=[step_fn if compile is xla_trace else region])
+
+    options = {"graph_breaks": True} if where == "value read" else {}
+    world = check_against_eager(build, steps=4, compile=compile, **options)
+    assert "first found" in world.traced[0].explain()
+
+
+def test_a_failure_after_the_handover_leaves_the_state_as_before_the_call():
+    net = M.Sequential(M.Linear(8, 8), M.BatchNorm1d(8), M.Dropout(0.5))
+    box = M.Linear(8, 8)
+    fail = [True]
+
+    @partial_trace
+    def f(x):
+        h = net(x)  # rebinds the running statistics and the RNG key
+        box.cached = h  # a module attribute written before the break
+        with exclude_from_trace():
+            if fail[0]:
+                raise ValueError("in the block")
+        return h * 2
+
+    world = World(lambda i: None, modules=[net])
+    before = snapshot(world)
+    x = _batch(0)[0]
+    with pytest.raises(ValueError, match="in the block"):
+        f(x)
+    after = snapshot(world)
+    for k, v in before.items():
+        np.testing.assert_array_equal(after[k], v, err_msg=k)
+    fail[0] = False
+    out = f(x)
+    assert out.shape == (6, 8) and np.isfinite(out.numpy()).all()
+
+
+def test_arguments_their_aliases_and_no_grad_across_the_handover():
+    def build(wrap):
+        lin = M.Linear(8, 8)
+        x = eg.tensor(np.linspace(-1, 1, 48, dtype=np.float32).reshape(6, 8))
+        gm = GradManager().attach(lin.parameters())
+        log = []
+
+        def region(x):
+            d = x.detach()  # an alias of the argument, held across the break
+            with eg.no_grad():  # spans the break: nothing in it records
+                h = lin(x)
+                with exclude_from_trace():
+                    log.append(round(h.sum().item(), 4))
+                h2 = lin(h)
+            y = lin(x) * 2 + h2 + d
+            x[0] = y[0].detach()  # the argument is written after the break
+            return y
+
+        f = wrap(region)
+
+        def step(i):
+            with gm:
+                y = f(x)
+                gm.backward((y * y).sum())
+            grads = [p.grad for p in lin.parameters()]
+            for p in lin.parameters():
+                p.grad = None
+            return y, grads, list(log)
+
+        return World(step, modules=[lin], tensors={"x": x}, traced=[f])
+
+    check_against_eager(build, steps=3)
+
+
+def test_an_xla_trace_step_breaking_after_backward_warns_that_it_ran_twice(caplog):
+    net = M.Linear(8, 4)
+    opt = optim.SGD(net.parameters(), lr=0.1)
+    runs, seen = [], []
+
+    def step(x, y):
+        runs.append(1)
+        gm = GradManager().attach(net.parameters())
+        with gm:
+            loss = F.cross_entropy(net(x), y)
+            gm.backward(loss)
+        with exclude_from_trace():
+            seen.append(loss.item())
+        opt.step().clear_grad()
+        return loss
+
+    compiled = xla_trace(step)
+    with caplog.at_level(logging.WARNING, logger="partial"):
+        for i in range(3):
+            compiled(*_batch(i))
+    assert len(runs) == 4 and len(seen) == 3  # twice in the first call only
+    assert "GradManager.backward ran before it" in caplog.text
+    assert "ran twice in this call" in caplog.text
