@@ -65,6 +65,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         self.log: list = []  # every op call, for handing over at a break (handover.py)
         self.unresumable = ""  # why the log cannot be handed over, once it cannot
         self.arg_tracers: dict[int, Any] = {}  # id(argument tracer) -> argument Tensor
+        self.aliases: dict[int, Any] = {}  # id(gradient-cut tracer) -> the tracer it cuts
         self.marked_ids: set[int] = set()
         self.lazy: Any = None  # the lazy hooks running the rest of the call, once handed over
         self.eval_context: Any = None  # jax's concrete evaluation, entered at the handover
@@ -268,7 +269,12 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
             self.optimizer_states[id(optimizer)] = optimizer_state_signature(optimizer)
 
     def untracked(self, array: Any) -> Any:
-        return jax.lax.stop_gradient(array) if self.differentiable else array
+        if not self.differentiable:
+            return array
+        cut = jax.lax.stop_gradient(array)
+        self.aliases[id(cut)] = array  # the same value, for a handover (`handover.Plan`)
+        self.keep.append(cut)
+        return cut
 
     def function_call(self, function: Any) -> None:
         self.unresumable = self.unresumable or f"the custom Function {type(function).__name__}"
@@ -331,7 +337,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
                        self.source_of, self.made, self.mutated, self.grad_slots,
                        self.grads_written, self.setattrs, self.attr_outputs, self.modules,
                        self.new_modules, self.optimizers, self.hyper_values, self.keep,
-                       self.marked, self.managers, self.log, self.arg_tracers):
+                       self.marked, self.managers, self.log, self.arg_tracers, self.aliases):
             holder.clear()
         self.results = self.result_tensors = self.settle = []
         self.lazy = None

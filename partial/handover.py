@@ -142,17 +142,30 @@ class Plan:
                 self.stretch.nondiff.append(not diff)
         return ""
 
+    def _find(self, a: Any) -> tuple | None:
+        """What tracer `a` is: ("value", (index, history, diff), cut) for an op's output,
+        ("argument", tensor, cut) for an argument's; `cut` when reached through a gradient
+        cut (`detach()`). None when the log does not know it."""
+        cut = False
+        while a is not None:
+            if (v := self.values.get(id(a))) is not None:
+                return ("value", v, cut)
+            if (arg := self.cap.arg_tracers.get(id(a))) is not None:
+                return ("argument", arg, cut)
+            a, cut = self.cap.aliases.get(id(a)), True
+        return None
+
     def _input(self, x: Any, a: Any, needs: bool, hist: Any) -> tuple | None:
         st = self.stretch
         if isinstance(a, _Tracer):
-            v = self.values.get(id(a))
-            if v is not None:
-                index, made_with, diff = v
-                return (VALUE, index, diff and hist == made_with)
-            arg = self.cap.arg_tracers.get(id(a))
-            if arg is None:
+            found = self._find(a)
+            if found is None:
                 return None
-            return (INPUT, self._tensor_slot(arg, self.cap.saved[id(arg)][1][0], needs))
+            kind, what, cut = found
+            if kind == "value":
+                index, made_with, diff = what
+                return (VALUE, index, diff and not cut and hist == made_with)
+            return (INPUT, self._tensor_slot(what, self.cap.saved[id(what)][1][0], needs))
         if isinstance(x, (_Tensor, int)) and hist is not None:  # a tensor, or its id
             return (INPUT, self._tensor_slot(x, a, needs))
         if x is None:
@@ -190,17 +203,18 @@ class Plan:
             a = hooks.data(t)
             if not isinstance(a, _Tracer):
                 continue
-            v = self.values.get(id(a))
-            if v is not None:
-                index, made_with, diff = v
-                p = pending[index]
-                out.append((t, p, (p, 0) if diff and hooks.history(t) == made_with else
-                            (None, 0)))
-            elif (arg := cap.arg_tracers.get(id(a))) is not None:
-                snap = cap.saved[id(arg)][1]
-                out.append((t, snap[0], snap[1:3] if t is arg else (None, 0)))
-            else:
+            found = self._find(a)
+            if found is None:
                 return None
+            kind, what, cut = found
+            if kind == "value":
+                index, made_with, diff = what
+                p = pending[index]
+                attached = diff and not cut and hooks.history(t) == made_with
+                out.append((t, p, (p, 0) if attached else (None, 0)))
+            else:
+                snap = cap.saved[id(what)][1]
+                out.append((t, snap[0], snap[1:3] if t is what and not cut else (None, 0)))
         return out
 
     def install(self, breaks: Breaks, conversions: list) -> LazyRun:

@@ -6,6 +6,8 @@ import logging
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import eager as eg
 import eager.functional as F
@@ -182,3 +184,81 @@ def test_an_xla_trace_step_breaking_after_backward_warns_that_it_ran_twice(caplo
     assert len(runs) == 4 and len(seen) == 3  # twice in the first call only
     assert "GradManager.backward ran before it" in caplog.text
     assert "ran twice in this call" in caplog.text
+
+
+# ----- random regions: state, no_grad, detach and a break anywhere ----------------------------
+class _Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = M.Linear(4, 4)
+        self.bn = M.BatchNorm1d(4)
+        self.drop = M.Dropout(0.3)
+        self.acc = eg.zeros(4)  # a module tensor the region writes in place
+
+
+def _no_grad_branch(net, h):
+    with eg.no_grad():
+        side = net.lin(h)
+    return h + side
+
+
+def _accumulate(net, h):
+    net.acc[:] = net.acc * 0.5 + h.mean(axis=0).detach()
+    return h + net.acc
+
+
+STEPS = {
+    "lin": lambda net, h: net.lin(h),
+    "relu": lambda net, h: F.relu(h),
+    "bn": lambda net, h: net.bn(h),
+    "drop": lambda net, h: net.drop(h),
+    "detach": lambda net, h: h.detach() * 0.5 + h,
+    "no_grad": _no_grad_branch,
+    "acc": _accumulate,
+}
+
+
+def _region(net, steps, at, kind, log, runs):
+    def region(x):
+        runs.append(1)
+        h = x
+        for i, name in enumerate(steps):
+            if i == at:
+                if kind == "read":
+                    h = h * 2 if h.mean() > 0 else h  # a value read (graph_breaks=True)
+                else:
+                    _log_mean(log, h)
+            h = STEPS[name](net, h)
+        return h
+
+    return region
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(steps=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=6),
+       at=st.integers(0, 5), kind=st.sampled_from(["block", "read"]))
+def test_random_regions_that_break_match_eager_from_the_first_call(steps, at, kind):
+    at = at % len(steps)
+
+    def build(wrap):
+        net = _Net()
+        log, runs = [], []
+        f = wrap(_region(net, steps, at, kind, log, runs))
+        params = net.parameters()
+        gm = GradManager().attach(params)
+        opt = optim.SGD(params, lr=0.1, momentum=0.9)
+
+        def step(i):
+            x = _batch(i)[0][:, :4]
+            with gm:
+                out = f(x)
+                gm.backward((out * out).mean())
+            grads = [p.grad for p in params]
+            opt.step().clear_grad()
+            return out, grads, list(log), len(runs)
+
+        return World(step, modules=[net], optimizers=[opt], tensors={"acc": net.acc},
+                     traced=[f])
+
+    options = {"graph_breaks": True} if kind == "read" else {}
+    check_against_eager(build, steps=3, **options)
