@@ -10,7 +10,8 @@ of the compiled code, and a value read inside it raises `TraceError` naming the 
 
 A region with graph breaks (an `exclude_from_trace()` block, or a value read under
 `graph_breaks=True`) instead re-runs its Python on every call, recording ops lazily and running
-each stretch between breaks as a cached compiled segment (`lazy.py`).
+each stretch between breaks as a cached compiled segment (`lazy.py`, `breaks.py`); its first
+call is captured up to the first break and finished lazily (`handover.py`).
 """
 
 from .cache import CacheInfo

@@ -64,7 +64,7 @@ class Cache:
         # Held for a whole call: calls of one function run one at a time, so concurrent calls
         # give the results of some serial order (and never share a half-written state).
         self.lock = threading.RLock()
-        self.breaks: Any = None  # lazy.Breaks, once the function is known to have graph breaks
+        self.runner: Any = None  # how calls run: whole.WholeRegion, or breaks.Breaks once it broke
         self.family: Any = None  # the `Family` of caches of the same code
         self.watch: list = []  # weak references that drop this cache from its family
 
@@ -168,7 +168,7 @@ _LOCK = threading.Lock()
 _dead_tokens: list = []  # (family, key) whose token names an object that died
 
 
-def shared_cache(fn: Any, settings: tuple, token: tuple) -> Cache:
+def shared_cache(fn: Any, settings: Any, token: tuple) -> Cache:
     """The cache shared by every wrapper of `fn`'s code with these `settings` (kind, options)
     and function token (`key.function_token`: closure values, defaults, bound object), made on
     first use. It is dropped when an object of the token dies (or with the code)."""
@@ -178,7 +178,7 @@ def shared_cache(fn: Any, settings: tuple, token: tuple) -> Cache:
         method = getattr(type(fn), "forward", None) or type(fn).__call__
         code = getattr(method, "__code__", None)
     if code is None:
-        cache = Cache(settings[4])
+        cache = Cache(settings.cache_size)
         cache.family = Family()
         return cache
     with _LOCK:
@@ -191,7 +191,7 @@ def shared_cache(fn: Any, settings: tuple, token: tuple) -> Cache:
         key = (settings, token)
         cache = family.caches.get(key)
         if cache is None:
-            cache = family.caches[key] = Cache(settings[4])
+            cache = family.caches[key] = Cache(settings.cache_size)
             cache.family = family
             cache.watch = _watch_token(token, family, key)
         return cache

@@ -13,6 +13,7 @@ import eager.module as M
 from .errors import UnsupportedInRegionError
 from .function import TracedFunction
 from .module import TracedModule
+from .settings import Settings
 from .source import describe_location, user_location
 
 hooks = eg.hooks
@@ -25,14 +26,13 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
     if unknown:
         raise TypeError(f"{kind}() got unknown option(s) {sorted(unknown)}; "
                         f"options are {sorted(_OPTIONS)}")
-    settings = {**_OPTIONS, **options}
+    settings = Settings(kind, differentiable, capture_as_const, donate=donate,
+                        graph_breaks=graph_breaks, **{**_OPTIONS, **options})
 
     def decorate(f: Callable) -> Any:
         if not callable(f):
             raise TypeError(f"{kind} decorates a function, got {type(f).__name__}")
-        traced = TracedFunction(f, kind=kind, differentiable=differentiable,
-                                capture_as_const=capture_as_const, donate=donate,
-                                graph_breaks=graph_breaks, **settings)
+        traced = TracedFunction(f, settings)
         return TracedModule(f, traced) if isinstance(f, M.Module) else traced
 
     return decorate if fn is None else decorate(fn)

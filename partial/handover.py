@@ -28,7 +28,7 @@ import jax
 import eager as eg
 
 from .key import tensor_spec
-from .lazy import _NO_INPUT, _START, INPUT, VALUE, Breaks, LazyRun, Pending, Stretch
+from .lazy import _NO_INPUT, _START, INPUT, VALUE, LazyRun, Pending, Stretch
 
 hooks = eg.hooks
 _data = hooks.data
@@ -217,7 +217,7 @@ class Plan:
                 out.append((t, snap[0], snap[1:3] if t is what and not cut else (None, 0)))
         return out
 
-    def install(self, breaks: Breaks, conversions: list) -> LazyRun:
+    def install(self, breaks: Any, conversions: list) -> LazyRun:
         """Give the tensors their placeholders or real arrays, put back what the capture
         changed only for its own sake, and return the lazy hooks holding the stretch."""
         cap = self.cap

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +36,7 @@ from xla_segments import Segment
 from .errors import UnsupportedInRegionError, ValueReadError
 from .invalid import invalidate
 from .key import tensor_spec
-from .source import describe_location, short_path, user_location
+from .source import describe_location, user_location
 
 logger = logging.getLogger("partial")
 hooks = eg.hooks
@@ -119,76 +117,12 @@ class Stretch:
         self.site = site  # (why, file, line) of the break it starts at: messages, counts
 
 
-class Breaks:
-    """Per traced function: what its regions with breaks compiled, and the last call's story."""
-
-    def __init__(self, name: str, kind: str, cache: Any, recompile_limit: int,
-                 graph_breaks: bool, differentiable: bool, first_break: str):
-        self.name, self.kind, self.cache = name, kind, cache
-        self.recompile_limit = recompile_limit
-        self.graph_breaks = graph_breaks
-        self.differentiable = differentiable
-        self.shapes: dict = {}  # (op, attrs, input avals) -> output avals
-        self.compiled_at: Counter = Counter()  # stretch start -> sequences compiled
-        self.last: list = []  # per stretch of the last call: (ops, why it ended, where, how)
-        self.first_break = first_break  # why the function runs with breaks, for explain()
-
-    def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
-        """Call `fn` lazily; return what it returns, every tensor holding its value."""
-        run = LazyRun(self)
-        try:
-            with hooks.capturing(run):
-                out = fn(*args, **kwargs)
-                run.flush("end of the region", None)
-        except BaseException:
-            run.abandon()
-            raise
-        run.saved.clear()
-        self.last = run.report
-        return out
-
-    def output_avals(self, op: Any, attrs: tuple, avals: tuple) -> list:
-        key = (op, attrs, avals)
-        out = self.shapes.get(key)
-        if out is None:
-            structs = [None if a is None else jax.ShapeDtypeStruct(
-                a.shape, a.dtype, weak_type=a.weak_type) for a in avals]
-            result = jax.eval_shape(op.jitted(attrs), *structs)
-            leaves = result if op.multi_output else (result,)
-            out = self.shapes[key] = [jax.core.ShapedArray(r.shape, r.dtype,
-                                                           weak_type=r.weak_type)
-                                      for r in leaves]
-        return out
-
-    def piece(self, st: Stretch, outputs: tuple, ordinal: int) -> tuple[Piece, bool]:
-        """The compiled piece for the stretch `st` with `outputs`, and whether it was cached."""
-        cache = self.cache
-        key = (tuple(st.records), tuple(st.specs), outputs)
-        piece = cache.piece(key)
-        if piece is not None:
-            return piece, True
-        site = (ordinal, st.site)
-        self.compiled_at[site] += 1
-        if self.compiled_at[site] > self.recompile_limit:
-            why, filename, line = st.site
-            start = f"{why} at {short_path(filename)}:{line}" if filename else why
-            logger.warning(
-                "%s: segment %d of `%s` (starting at %s) is being compiled for the %d. time "
-                "(recompile_limit=%d): the ops it records, their input shapes or dtypes, or the "
-                "tensors alive at its end differ from every cached one. Keep shapes fixed, or "
-                "raise recompile_limit.", self.kind, ordinal + 1, self.name, start,
-                self.compiled_at[site], self.recompile_limit)
-        piece = _compile(st, outputs, f"{self.name}_part{ordinal + 1}")
-        cache.add_piece(key, piece)
-        return piece, False
-
-
 class LazyRun(hooks.CaptureHooks):
     """The hooks of one call of a region with graph breaks."""
 
     defers = True
 
-    def __init__(self, breaks: Breaks):
+    def __init__(self, breaks: Any):  # breaks.Breaks
         self.breaks = breaks
         self.stretch = Stretch(_START)
         self.constants: dict[int, weakref.ref] = {}  # tensors created with a concrete value
@@ -395,7 +329,7 @@ def _parent(t: Any, node: Any, out_idx: int, array: Any) -> Any:
     return stand_in
 
 
-def _compile(st: Stretch, outputs: tuple, name: str) -> Piece:
+def compile_stretch(st: Stretch, outputs: tuple, name: str) -> Piece:
     """A piece for the stretch: the replay of its records as a pure function, its segment and
     the gradient dependencies of its outputs."""
     plan = []

@@ -1,0 +1,149 @@
+"""The runner of a function without graph breaks: one compiled entry per guard key.
+
+A call flattens its arguments into a guard key, finds the cached entry for that key whose other
+guards still hold, and runs it; otherwise it captures the function anew (running its Python
+once, so Python side effects such as `print` happen only then), compiles it and caches it. Past
+`recompile_limit` captures a warning says what changed. A capture that meets a break hands the
+call over to the lazy engine and makes `breaks.Breaks` the function's runner from then on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import eager as eg
+
+from .breaks import Breaks
+from .cache import Cache, CacheInfo
+from .capture import capture
+from .entry import MISS, Entry, refuse_outer_gradients
+from .handover import BreakFound, HandedOver, hand_over
+from .key import describe_change, flatten_call
+from .settings import Settings
+from .source import describe_location, short_path
+
+logger = logging.getLogger("partial")
+hooks = eg.hooks
+
+
+class WholeRegion:
+    """Runs calls of the function(s) sharing `cache` as whole compiled regions."""
+
+    def __init__(self, name: str, settings: Settings, cache: Cache):
+        self.name, self.settings, self.cache = name, settings, cache
+
+    def call(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
+        call = flatten_call(args, kwargs)
+        cache = self.cache
+        entry = cache.lookup(call)
+        if entry is None:
+            return self._capture(fn, call, args, kwargs, cache.reasons)
+        out = entry.run(call)
+        if out is MISS:
+            cache.remove(entry)
+            return self._capture(fn, call, args, kwargs, [
+                "a tensor the region reads changed shape or dtype, or no longer exists"])
+        cache.hits += 1
+        return out
+
+    def _capture(self, fn: Callable, call: Any, args: tuple, kwargs: dict,
+                 reasons: list[str]) -> Any:
+        cache, s = self.cache, self.settings
+        if not s.differentiable and hooks.is_recording():
+            refuse_outer_gradients(call.tensors)
+        if cache.captures >= s.recompile_limit:
+            self._warn_recompile(fn, call, args, kwargs, reasons)
+        elif cache.family.captures >= s.recompile_limit:
+            self._warn_wrappers(fn)
+        try:
+            program = capture(fn, *call.arguments(args, kwargs), call, kind=s.kind,
+                              differentiable=s.differentiable,
+                              capture_as_const=s.capture_as_const,
+                              graph_breaks=s.graph_breaks, on_break=self._hand_over)
+        except HandedOver as done:  # it broke; the lazy engine finished the call
+            cache.runner.last = done.report
+            return done.out
+        except BreakFound as found:
+            first = f"first found: {found.what} at {describe_location(found.where)}"
+            logger.warning(
+                "%s: `%s` breaks (%s), after %s, which a capture cannot hand over to the lazy "
+                "engine, so this first call runs again from the start with graph breaks: its "
+                "Python before the break ran twice in this call (once from now on).",
+                s.kind, self.name, first, found.why)
+            return self._switch_to_breaks(first).call(fn, args, kwargs)
+        entry = Entry(call.key, program, call, self.name, differentiable=s.differentiable,
+                      donate=s.donate, deaths=cache.deaths)
+        cache.captures += 1
+        cache.family.captures += 1
+        cache.add(entry)
+        try:
+            out = entry.run(call)  # compiles: a failure here must not leave the entry cached
+        except BaseException:
+            cache.remove(entry)
+            raise
+        if out is MISS:  # the arguments were read just now: only a bug gets here
+            raise RuntimeError(f"{s.kind}: a freshly compiled entry refused its own call")
+        return out
+
+    def _hand_over(self, cap: Any, what: str, where: Any) -> Any:
+        """At the first break of a capture: the lazy hooks that finish the call (the region
+        runs with breaks from now on), or why the capture cannot be handed over."""
+        first = f"first found: {what} at {describe_location(where)}"
+        return hand_over(cap, lambda: self._switch_to_breaks(first))
+
+    def _switch_to_breaks(self, first: str) -> Breaks:
+        breaks = self.cache.runner = Breaks(self.name, self.settings, self.cache, first)
+        logger.info("%s: `%s` breaks (%s): it runs its Python on every call, compiling the "
+                    "stretches between breaks", self.settings.kind, self.name, first)
+        return breaks
+
+    def _warn_recompile(self, fn: Callable, call: Any, args: tuple, kwargs: dict,
+                        reasons: list[str]) -> None:
+        if reasons:
+            why = "; ".join(dict.fromkeys(reasons))
+        else:
+            last = self.cache.most_recent()
+            why = describe_change(fn, last.key, call.key, args, kwargs) if last else \
+                "no compiled entry was cached (cache_clear() or cache_size)"
+        logger.warning(
+            "%s: `%s`%s is being captured and compiled for the %d. time (recompile_limit=%d): "
+            "%s. Every new argument shape, dtype or plain Python value, and every change of "
+            "module structure or training mode, compiles anew; keep them fixed (e.g. pad "
+            "batches to a few sizes) or raise recompile_limit.", self.settings.kind, self.name,
+            _where(fn), self.cache.captures + 1, self.settings.recompile_limit, why)
+
+    def _warn_wrappers(self, fn: Callable) -> None:
+        kind = self.settings.kind
+        logger.warning(
+            "%s: `%s`%s is being captured and compiled for the %d. time (recompile_limit=%d) "
+            "by wrappers of the same code over other objects: %s(...) is applied anew to a "
+            "function whose closure variables, defaults or bound object differ each time (a "
+            "lambda over a new model, say). Create the compiled function once, outside the "
+            "loop, and pass what changes as arguments.", kind, self.name, _where(fn),
+            self.cache.family.captures + 1, self.settings.recompile_limit, kind)
+
+    def info(self) -> CacheInfo:
+        return self.cache.info(int(self.cache.captures > 0))
+
+    def describe(self, head: str) -> list[str]:
+        """How calls run, in lines, for `explain()`."""
+        if not self.cache.captures:
+            return [f"{head} has not been called yet"]
+        return [f"{head} runs one compiled segment per call, without graph breaks; its Python "
+                "runs only when it is captured"]
+
+    def flat_inputs(self, args: tuple, kwargs: dict) -> list:
+        call = flatten_call(args, kwargs)
+        entry = self.cache.lookup(call)
+        inputs = None if entry is None else entry.inputs(call)
+        if inputs is None:
+            raise LookupError(f"{self.settings.kind} `{self.name}` has no compiled entry for "
+                              "these arguments; call it with them first")
+        return inputs[0]
+
+
+def _where(fn: Callable) -> str:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return f" ({short_path(code.co_filename)}:{code.co_firstlineno})" if code else ""
