@@ -308,7 +308,12 @@ class ArgumentStateGuard:
 
     def any_state(self, tensors: list) -> bool:
         """Whether one of `tensors` is state the region reads (the entry's slow path)."""
-        return any(self._is_state(t) is not None for t in tensors)
+        state = self.state
+        for t in tensors:  # a loop, not any(<generator>): this runs on every call
+            ref = state.get(id(t))
+            if ref is not None and ref() is t:
+                return True
+        return False
 
     def describe(self) -> str:
         return f"{sum(a is not None for a in self.args)} tensor arguments are state tensors"
