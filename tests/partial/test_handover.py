@@ -262,3 +262,27 @@ def test_random_regions_that_break_match_eager_from_the_first_call(steps, at, ki
 
     options = {"graph_breaks": True} if kind == "read" else {}
     check_against_eager(build, steps=3, **options)
+
+
+def test_an_xla_trace_step_breaking_after_backward_matches_eager():
+    def build(wrap):
+        net = M.Sequential(M.Linear(8, 16), M.BatchNorm1d(16), M.ReLU(), M.Dropout(0.2),
+                           M.Linear(16, 4))
+        params = net.parameters()
+        opt = optim.Adam(params, lr=0.01)
+        gm = GradManager().attach(params)
+        log = []
+
+        def train_step(x, y):
+            with gm:
+                loss = F.cross_entropy(net(x), y)
+                gm.backward(loss)
+            _log_mean(log, loss)  # the break comes after backward: not handed over
+            opt.step().clear_grad()
+            return loss
+
+        step_fn = wrap(train_step)
+        return World(lambda i: (step_fn(*_batch(i)), list(log)), modules=[net],
+                     optimizers=[opt], traced=[step_fn])
+
+    check_against_eager(build, steps=3, compile=xla_trace)
