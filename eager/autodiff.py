@@ -119,7 +119,7 @@ class GradManager:
             )
         h = context.current()
         if h is not None:
-            h.backward(self)
+            h.backward(self, y, dy)
         ys, dys = _as_list(y), _as_list(dy)
         if dys and len(dys) != len(ys):
             raise ValueError(f"backward got {len(ys)} outputs but {len(dys)} output gradients")

@@ -88,8 +88,8 @@ class CaptureHooks:
     def function_call(self, function: Any) -> None:
         """Called when a custom autodiff `Function` is called; may raise."""
 
-    def backward(self, manager: Any) -> None:
-        """Called when `GradManager.backward` starts; may raise."""
+    def backward(self, manager: Any, y: Any = None, dy: Any = None) -> None:
+        """Called when `GradManager.backward(y, dy)` starts; may raise."""
 
 
 _ACTIVE: contextvars.ContextVar[CaptureHooks | None] = contextvars.ContextVar(

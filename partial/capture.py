@@ -63,6 +63,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         self.on_break = on_break  # (capture, what, where) -> lazy hooks, or why it cannot
         self.outer_tape = outer_tape  # the recording state outside the region
         self.log: list = []  # every op call, for handing over at a break (handover.py)
+        self.logged_outputs: set[int] = set()  # ids of the arrays logged ops produced
         self.unresumable = ""  # why the log cannot be handed over, once it cannot
         self.arg_tracers: dict[int, Any] = {}  # id(argument tracer) -> argument Tensor
         self.aliases: dict[int, Any] = {}  # id(gradient-cut tracer) -> the tracer it cuts
@@ -225,6 +226,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
             self._lift(g, GradSlot(owner))
 
     def grad_write(self, owner: Any, value: Any) -> None:
+        self.log_grad_write(owner, value)
         self._save(owner)
         self.grad_slots.setdefault(id(owner), (owner, False, None))
         self.grads_written[id(owner)] = owner
@@ -289,8 +291,8 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
     def manager_created(self, manager: Any) -> None:
         self.new_managers.add(manager)
 
-    def backward(self, manager: Any) -> None:
-        self.unresumable = self.unresumable or "GradManager.backward"
+    def backward(self, manager: Any, y: Any = None, dy: Any = None) -> None:
+        self.log_backward(manager, y, dy)
         if manager not in self.new_managers:
             self.managers.setdefault(id(manager), manager)
         if self.differentiable:
@@ -337,7 +339,8 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
                        self.source_of, self.made, self.mutated, self.grad_slots,
                        self.grads_written, self.setattrs, self.attr_outputs, self.modules,
                        self.new_modules, self.optimizers, self.hyper_values, self.keep,
-                       self.marked, self.managers, self.log, self.arg_tracers, self.aliases):
+                       self.marked, self.managers, self.log, self.arg_tracers, self.aliases,
+                       self.logged_outputs):
             holder.clear()
         self.results = self.result_tensors = self.settle = []
         self.lazy = None

@@ -29,6 +29,7 @@ import eager as eg
 
 from .key import tensor_spec
 from .lazy import _NO_INPUT, _START, INPUT, VALUE, LazyRun, Pending, Stretch
+from .replay import Backward, hand_over_past_backward
 
 hooks = eg.hooks
 _data = hooks.data
@@ -66,6 +67,27 @@ class Logging:
         ins = tuple(self._logged(x, a, recording) for x, a in zip(inputs, arrays))
         self.log.append((op, attrs, ins, recording,
                          tuple((_data(o), hooks.history(o)) for o in outputs)))
+        self.logged_outputs.update(id(_data(o)) for o in outputs)
+
+    def log_backward(self, manager: Any, y: Any, dy: Any) -> None:
+        """An `xla_trace` step runs `manager.backward(y, dy)`: a handover after it replays it
+        (`replay.py`). Only the first one is."""
+        if self.differentiable or self.unresumable or self.on_break is None:
+            return
+        if any(isinstance(e, Backward) for e in self.log):
+            self.unresumable = "a second GradManager.backward"
+            return
+        self.log.append(Backward(manager, y, dy))
+
+    def log_grad_write(self, owner: Any, value: Any) -> None:
+        """A `.grad` set to a gradient the backward computed (no logged op made it)."""
+        if not self.log or self.unresumable or not isinstance(value, _Tensor):
+            return
+        a = _data(value)
+        if isinstance(a, _Tracer) and id(a) not in self.logged_outputs:
+            marks = [e for e in self.log if isinstance(e, Backward)]
+            if marks:
+                marks[-1].grads[id(owner)] = (owner, a)
 
     def _logged(self, x: Any, a: Any, recording: bool) -> tuple:
         """An op input as the log keeps it: (tensor or its id, array, needs, history). Only a
@@ -95,19 +117,29 @@ class Logging:
         """Hand the rest of the call to the lazy engine (`on_break`), whose hooks are
         returned; raise `BreakFound` where it cannot take over."""
         why = self.unresumable or "no lazy engine to hand over to"
-        lazy = None if self.on_break is None else self.on_break(self, what, where)
+        # The rest runs on real arrays although the capture's trace is still current (and so
+        # does a replayed backward). Not ensure_compile_time_eval: it also folds constants
+        # while segments are traced for compilation, which changes their numerics.
+        self.eval_context = jax.core.eval_context()
+        self.eval_context.__enter__()
+        try:
+            lazy = None if self.on_break is None else self.on_break(self, what, where)
+        except BaseException:
+            if self.lazy is None:
+                self._leave_eval()
+            raise
         if isinstance(lazy, str):
             why, lazy = lazy, None
         if lazy is None:
+            self._leave_eval()
             raise BreakFound(what, where, why)
         self.lazy = lazy
-        # The rest runs on real arrays although the capture's trace is still current. (Not
-        # ensure_compile_time_eval: it also folds constants while segments are traced for
-        # compilation, which changes their numerics.)
-        self.eval_context = jax.core.eval_context()
-        self.eval_context.__enter__()
         hooks.hand_over(lazy)
         return lazy
+
+    def _leave_eval(self) -> None:
+        self.eval_context.__exit__(None, None, None)
+        self.eval_context = None
 
 
 class Plan:
@@ -118,9 +150,9 @@ class Plan:
         self.stretch = Stretch(_START)
         self.values: dict[int, tuple] = {}  # id(tracer) -> (value index, history, diff)
 
-    def build(self) -> str:
-        """Turn the capture's log into the stretch; return why it cannot be, or ''."""
-        for op, attrs, ins, recording, outs in self.cap.log:
+    def build(self, entries: list) -> str:
+        """Turn the log `entries` (op calls) into the stretch; return why it cannot be, or ''."""
+        for op, attrs, ins, recording, outs in entries:
             descs = []
             tracked = False
             for x, a, needs, hist in ins:
@@ -189,11 +221,14 @@ class Plan:
         saved = self.cap.saved.get(id(t))
         return saved[1][1:3] if saved is not None else hooks.history(t)
 
-    def conversions(self) -> list | None:
+    def conversions(self, later: frozenset = frozenset()) -> list | None:
         """For every live tensor the capture touched that holds a tracer: (tensor, new array,
-        new history); None if one holds a tracer the stretch does not produce."""
+        new history); None if one holds a tracer the stretch does not produce. Tensors holding
+        an array in `later` (made after a replayed backward) are set aside in `self.later`."""
         cap = self.cap
-        pending = [Pending(aval, i) for i, aval in enumerate(self.stretch.out_avals)]
+        pending = self.pending = [Pending(aval, i) for i, aval in
+                                  enumerate(self.stretch.out_avals)]
+        self.later: list = []
         tensors = {id(t): t for t, _ in cap.saved.values()}
         for ref in cap.made.values():
             if (t := ref()) is not None:
@@ -202,6 +237,9 @@ class Plan:
         for t in tensors.values():
             a = hooks.data(t)
             if not isinstance(a, _Tracer):
+                continue
+            if id(a) in later:
+                self.later.append(t)
                 continue
             found = self._find(a)
             if found is None:
@@ -252,8 +290,11 @@ def hand_over(cap: Any, start_breaks: Any) -> Any:
     to running with breaks and returns its `Breaks`."""
     if cap.unresumable:
         return f"{cap.unresumable} ran before it"
+    marks = [i for i, e in enumerate(cap.log) if isinstance(e, Backward)]
+    if marks:
+        return hand_over_past_backward(cap, Plan(cap), marks[0], start_breaks)
     plan = Plan(cap)
-    why = plan.build()
+    why = plan.build(cap.log)
     if why:
         return why
     conversions = plan.conversions()

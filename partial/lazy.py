@@ -237,7 +237,7 @@ class LazyRun(hooks.CaptureHooks):
             f"{type(function).__name__} is called inside a {self.breaks.kind} region; call it "
             "inside `with exclude_from_trace():`, where it runs eagerly, or outside the region.")
 
-    def backward(self, manager: Any) -> None:
+    def backward(self, manager: Any, y: Any = None, dy: Any = None) -> None:
         if self.breaks.differentiable:
             raise UnsupportedInRegionError(
                 f"{describe_location(user_location())}: GradManager.backward inside a "
