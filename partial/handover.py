@@ -14,8 +14,9 @@ Tensor holding a tracer the matching placeholder, with the gradient history eage
 given it. The lazy engine's hooks replace the capture's, and the rest of the region runs on real
 arrays (in `jax.core.eval_context()`, since it still runs inside the capture's trace).
 
-What the log cannot describe (a `GradManager.backward` or a custom `Function` before the break,
-in an `xla_trace` step) is not handed over: the call then starts again lazily (`BreakFound`).
+A `GradManager.backward` before the break (in an `xla_trace` step) is replayed (`replay.py`).
+What the log cannot describe (a second backward, a custom `Function`) is not handed over: the
+call then starts again lazily (`BreakFound`).
 """
 
 from __future__ import annotations
