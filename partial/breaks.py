@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -15,10 +14,10 @@ from .cache import CacheInfo
 from .entry import refuse_outer_gradients
 from .key import flatten_call
 from .lazy import LazyRun, Piece, Stretch, compile_stretch
+from .messages import warn_recompile
 from .settings import Settings
 from .source import short_path
 
-logger = logging.getLogger("partial")
 hooks = eg.hooks
 
 
@@ -78,12 +77,11 @@ class Breaks:
         if self.compiled_at[site] > self.recompile_limit:
             why, filename, line = st.site
             start = f"{why} at {short_path(filename)}:{line}" if filename else why
-            logger.warning(
-                "%s: segment %d of `%s` (starting at %s) is being compiled for the %d. time "
-                "(recompile_limit=%d): the ops it records, their input shapes or dtypes, or the "
-                "tensors alive at its end differ from every cached one. Keep shapes fixed, or "
-                "raise recompile_limit.", self.kind, ordinal + 1, self.name, start,
-                self.compiled_at[site], self.recompile_limit)
+            warn_recompile(
+                self.kind, f"segment {ordinal + 1} of `{self.name}` (starting at {start})",
+                self.compiled_at[site], self.recompile_limit, "the ops it records, their input "
+                "shapes or dtypes, or the tensors alive at its end differ from every cached "
+                "one", "Keep shapes fixed, or raise recompile_limit.")
         piece = compile_stretch(st, outputs, f"{self.name}_part{ordinal + 1}")
         cache.add_piece(key, piece)
         return piece, False

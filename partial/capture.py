@@ -35,13 +35,14 @@ import numpy as np
 import eager as eg
 import eager.module as M
 
-from .errors import ModuleRebindError, UnsupportedInRegionError, ValueReadError
+from .errors import ModuleRebindError, UnsupportedInRegionError
 from .guards import optimizer_state_signature
 from .handover import HandedOver, Logging
-from .invalid import invalidate
 from .key import Call
+from .messages import backward_in_partial_trace, function_in_region, value_read_error
 from .outputs import Outputs
 from .program import Program, build_program
+from .rollback import Snapshots, invalidate_unfinished
 from .source import describe_location, user_location
 from .sources import GradSlot, Hyper, Lifted
 
@@ -78,7 +79,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         self.source_of: dict[int, tuple] = {}  # id(tensor) -> source, for extra inputs
         self.seen: set[int] = set()  # ids of tensors already classified
         self.made: dict[int, weakref.ref] = {}
-        self.saved: dict[int, tuple] = {}  # id -> (tensor, snapshot) of pre-existing tensors
+        self.saved = Snapshots()  # pre-existing tensors the region touched, as they were
         self.mutated: dict[int, Any] = {}  # pre-existing tensors rebound, in order
         self.grad_slots: dict[int, tuple] = {}  # id(owner) -> (owner, read first, had a grad)
         self.grads_written: dict[int, Any] = {}
@@ -97,8 +98,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
 
     # ----- classification of tensors -----------------------------------------------------
     def _save(self, t: Any) -> None:
-        if id(t) not in self.saved:
-            self.saved[id(t)] = (t, hooks.snapshot(t))
+        self.saved.save(t)
 
     def _new_input(self, source: tuple, array: Any, t: Any = None) -> int:
         if id(array) in self.input_of_array:
@@ -170,14 +170,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         if self.graph_breaks:
             self._hand_over(what, user_location()).value_read(t, what)
             return
-        where = describe_location(user_location())
-        raise ValueReadError(
-            f"{where}: {what} reads the value of a tensor inside a {self.kind} region, where "
-            "tensors stand for values computed later by the compiled code. Move the read out "
-            "of the region (return the tensor and read it after the call), read it inside "
-            "`with exclude_from_trace():`, pass graph_breaks=True to split the region there, "
-            "or, for a data-dependent choice, compute both sides and pick with "
-            "F.where(cond, a, b).")
+        raise value_read_error(self.kind, what)
 
     def break_here(self, what: str, where: Any) -> None:
         """The region asks for a break (`exclude_from_trace()`): the lazy engine runs the
@@ -281,12 +274,10 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
     def function_call(self, function: Any) -> None:
         self.unresumable = self.unresumable or f"the custom Function {type(function).__name__}"
         if self.differentiable:
-            where = describe_location(user_location())
-            raise UnsupportedInRegionError(
-                f"{where}: the custom autodiff Function {type(function).__name__} is called "
-                f"inside a {self.kind} region, whose backward is derived by jax from the "
-                "forward, so its own backward would be ignored. Call it outside the region, or "
-                "compile the whole step with xla_trace (which runs Function backwards).")
+            raise function_in_region(
+                self.kind, function, "whose backward is derived by jax from the forward, so "
+                "its own backward would be ignored", "Call it outside the region, or compile "
+                "the whole step with xla_trace (which runs Function backwards).")
 
     def manager_created(self, manager: Any) -> None:
         self.new_managers.add(manager)
@@ -296,11 +287,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         if manager not in self.new_managers:
             self.managers.setdefault(id(manager), manager)
         if self.differentiable:
-            where = describe_location(user_location())
-            raise UnsupportedInRegionError(
-                f"{where}: GradManager.backward inside a {self.kind} region. A partial_trace "
-                "region compiles a forward (and its backward runs when you call gm.backward "
-                "outside it); to compile forward, backward and update together use xla_trace.")
+            raise backward_in_partial_trace()
 
     # ----- putting things back -------------------------------------------------------------
     def restore(self, failed: bool) -> None:
@@ -311,8 +298,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         if self.lazy is not None:
             self._forget()
             return
-        for t, snap in self.saved.values():
-            hooks.restore(t, snap)
+        self.saved.restore_all()
         for t in self.marked:
             hooks.unmark_leaf(t)
         for key, (module, name, old) in self.setattrs.items():
@@ -323,11 +309,8 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
             else:
                 object.__setattr__(module, name, old)
         if failed:
-            where = describe_location(user_location())
-            for r in list(self.made.values()):
-                t = r()
-                if t is not None and isinstance(_data(t), jax.core.Tracer):
-                    invalidate(t, where)
+            invalidate_unfinished([r() for r in list(self.made.values())],
+                                  lambda a: isinstance(a, jax.core.Tracer))
         self._forget()
 
     def _forget(self) -> None:

@@ -33,9 +33,10 @@ import eager as eg
 from autograd_bridge import SegmentFunction
 from xla_segments import Segment
 
-from .errors import UnsupportedInRegionError, ValueReadError
-from .invalid import invalidate
+from .errors import ValueReadError
 from .key import tensor_spec
+from .messages import backward_in_partial_trace, function_in_region, value_read_error
+from .rollback import Snapshots, invalidate_unfinished
 from .source import describe_location, user_location
 
 logger = logging.getLogger("partial")
@@ -126,7 +127,7 @@ class LazyRun(hooks.CaptureHooks):
         self.breaks = breaks
         self.stretch = Stretch(_START)
         self.constants: dict[int, weakref.ref] = {}  # tensors created with a concrete value
-        self.saved: dict = {}  # id -> (tensor, snapshot before the call) of rebound tensors
+        self.saved = Snapshots()  # tensors the call changed, as they were before it
         self.report: list = []
 
     # ----- recording ---------------------------------------------------------------------
@@ -206,14 +207,13 @@ class LazyRun(hooks.CaptureHooks):
             self.constants[id(t)] = weakref.ref(t)
 
     def rebind(self, t: Any, value: Any) -> None:
-        if id(t) not in self.saved and type(_data(t)) is not Pending:
-            self.saved[id(t)] = (t, _snapshot(t))
+        if type(_data(t)) is not Pending:
+            self.saved.save(t)
         if type(value) is Pending:
             self.stretch.holders.append(weakref.ref(t))
 
     def grad_write(self, owner: Any, value: Any) -> None:
-        if id(owner) not in self.saved:
-            self.saved[id(owner)] = (owner, _snapshot(owner))
+        self.saved.save(owner)
 
     def value_read(self, t: Any, what: str) -> None:
         pending = type(_data(t)) is Pending
@@ -224,26 +224,17 @@ class LazyRun(hooks.CaptureHooks):
         ref = self.constants.get(id(t))
         if not pending and ref is not None and ref() is t:
             return  # made inside the region from a concrete value
-        raise ValueReadError(
-            f"{describe_location(user_location())}: {what} reads the value of a tensor inside "
-            f"a {self.breaks.kind} region, where tensors stand for values computed later by "
-            "the compiled code. Read it inside `with exclude_from_trace():`, pass "
-            "graph_breaks=True to split the region at such reads, or pick with "
-            "F.where(cond, a, b).")
+        raise value_read_error(self.breaks.kind, what)
 
     def function_call(self, function: Any) -> None:
-        raise UnsupportedInRegionError(
-            f"{describe_location(user_location())}: the custom autodiff Function "
-            f"{type(function).__name__} is called inside a {self.breaks.kind} region; call it "
-            "inside `with exclude_from_trace():`, where it runs eagerly, or outside the region.")
+        raise function_in_region(
+            self.breaks.kind, function, "which has graph breaks, so its ops are recorded "
+            "without a tape node for the Function", "Call it inside "
+            "`with exclude_from_trace():`, where it runs eagerly, or outside the region.")
 
     def backward(self, manager: Any, y: Any = None, dy: Any = None) -> None:
         if self.breaks.differentiable:
-            raise UnsupportedInRegionError(
-                f"{describe_location(user_location())}: GradManager.backward inside a "
-                "partial_trace region. A partial_trace region compiles a forward (and its "
-                "backward runs when you call gm.backward outside it); to compile forward, "
-                "backward and update together use xla_trace.")
+            raise backward_in_partial_trace()
         self.flush("GradManager.backward()", user_location())
 
     def break_here(self, what: str, where: Any) -> None:
@@ -284,15 +275,9 @@ class LazyRun(hooks.CaptureHooks):
         """After a failure: put back every tensor and `.grad` the call's segments changed, and
         make tensors that never got a value raise on use. (What an excluded block changed
         eagerly stays, as eager code's effects do.)"""
-        st = self.stretch
-        for t, snap in self.saved.values():
-            hooks.restore(t, snap)
-        self.saved.clear()
-        where = describe_location(user_location())
-        for ref in st.holders:
-            t = ref()
-            if t is not None and type(_data(t)) is Pending:
-                invalidate(t, where)
+        self.saved.restore_all()
+        invalidate_unfinished([ref() for ref in self.stretch.holders],
+                              lambda a: type(a) is Pending)
         self.stretch = Stretch(_START)
 
 

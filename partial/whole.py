@@ -21,6 +21,7 @@ from .capture import capture
 from .entry import MISS, Entry, refuse_outer_gradients
 from .handover import BreakFound, HandedOver, hand_over
 from .key import describe_change, flatten_call
+from .messages import warn_recompile
 from .settings import Settings
 from .source import describe_location, short_path
 
@@ -107,22 +108,20 @@ class WholeRegion:
             last = self.cache.most_recent()
             why = describe_change(fn, last.key, call.key, args, kwargs) if last else \
                 "no compiled entry was cached (cache_clear() or cache_size)"
-        logger.warning(
-            "%s: `%s`%s is being captured and compiled for the %d. time (recompile_limit=%d): "
-            "%s. Every new argument shape, dtype or plain Python value, and every change of "
-            "module structure or training mode, compiles anew; keep them fixed (e.g. pad "
-            "batches to a few sizes) or raise recompile_limit.", self.settings.kind, self.name,
-            _where(fn), self.cache.captures + 1, self.settings.recompile_limit, why)
+        warn_recompile(
+            self.settings.kind, f"`{self.name}`{_where(fn)}", self.cache.captures + 1,
+            self.settings.recompile_limit, why, "Every new argument shape, dtype or plain "
+            "Python value, and every change of module structure or training mode, compiles "
+            "anew; keep them fixed (e.g. pad batches to a few sizes) or raise recompile_limit.")
 
     def _warn_wrappers(self, fn: Callable) -> None:
         kind = self.settings.kind
-        logger.warning(
-            "%s: `%s`%s is being captured and compiled for the %d. time (recompile_limit=%d) "
-            "by wrappers of the same code over other objects: %s(...) is applied anew to a "
-            "function whose closure variables, defaults or bound object differ each time (a "
-            "lambda over a new model, say). Create the compiled function once, outside the "
-            "loop, and pass what changes as arguments.", kind, self.name, _where(fn),
-            self.cache.family.captures + 1, self.settings.recompile_limit, kind)
+        warn_recompile(
+            kind, f"`{self.name}`{_where(fn)}", self.cache.family.captures + 1,
+            self.settings.recompile_limit, f"by wrappers of the same code over other objects: "
+            f"{kind}(...) is applied anew to a function whose closure variables, defaults or "
+            "bound object differ each time (a lambda over a new model, say)", "Create the "
+            "compiled function once, outside the loop, and pass what changes as arguments.")
 
     def info(self) -> CacheInfo:
         return self.cache.info(int(self.cache.captures > 0))

@@ -1,0 +1,47 @@
+"""What both engines (the capture and the lazy recorder) say, written once (decision 9): the
+errors for what a region may not do, and the recompile warning."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .errors import UnsupportedInRegionError, ValueReadError
+from .source import describe_location, user_location
+
+logger = logging.getLogger("partial")
+
+
+def value_read_error(kind: str, what: str) -> ValueReadError:
+    """`what` (".item()", "bool()") read a tensor's value inside a region without breaks."""
+    return ValueReadError(
+        f"{describe_location(user_location())}: {what} reads the value of a tensor inside a "
+        f"{kind} region, where tensors stand for values computed later by the compiled code. "
+        "Move the read out of the region (return the tensor and read it after the call), read "
+        "it inside `with exclude_from_trace():`, pass graph_breaks=True to split the region "
+        "there, or, for a data-dependent choice, compute both sides and pick with "
+        "F.where(cond, a, b).")
+
+
+def backward_in_partial_trace() -> UnsupportedInRegionError:
+    """`GradManager.backward` inside a `partial_trace` region."""
+    return UnsupportedInRegionError(
+        f"{describe_location(user_location())}: GradManager.backward inside a partial_trace "
+        "region. A partial_trace region compiles a forward (and its backward runs when you call "
+        "gm.backward outside it); to compile forward, backward and update together use "
+        "xla_trace.")
+
+
+def function_in_region(kind: str, function: Any, why: str,
+                       instead: str) -> UnsupportedInRegionError:
+    """A custom autodiff `Function` called where its backward would not run (`why`)."""
+    return UnsupportedInRegionError(
+        f"{describe_location(user_location())}: the custom autodiff Function "
+        f"{type(function).__name__} is called inside a {kind} region, {why}. {instead}")
+
+
+def warn_recompile(kind: str, what: str, count: int, limit: int, why: str,
+                   advice: str) -> None:
+    """`what` ("`f` (file.py:3)", "segment 2 of `f` ...") compiles for the `count`. time."""
+    logger.warning("%s: %s is being captured and compiled for the %d. time (recompile_limit=%d)"
+                   ": %s. %s", kind, what, count, limit, why, advice)

@@ -1,0 +1,53 @@
+"""Putting a failed region back, written once for both engines (decision 9): the tensors it
+changed get their old storage, history and `.grad` again (`Snapshots`), and the tensors it made
+that never received a value raise on use (`invalidate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import eager as eg
+
+from .errors import InvalidTensorError
+from .source import describe_location, user_location
+
+hooks = eg.hooks
+
+
+class Snapshots(dict):
+    """The tensors a region changed, by id: (tensor, what it held before the call)."""
+
+    def save(self, t: Any) -> None:
+        """Remember what `t` holds now, unless it was saved already."""
+        if id(t) not in self:
+            self[id(t)] = (t, hooks.snapshot(t))
+
+    def restore_all(self) -> None:
+        """Give every saved tensor back what it held, and forget them."""
+        for t, snap in self.values():
+            hooks.restore(t, snap)
+        self.clear()
+
+
+def invalidate_unfinished(tensors: Iterable[Any], unfinished: Callable[[Any], bool]) -> None:
+    """Make each live tensor of `tensors` whose storage is `unfinished` (a tracer, a lazy
+    placeholder) raise on use, naming the user's line that failed."""
+    where = describe_location(user_location())
+    for t in tensors:
+        if t is not None and unfinished(hooks.data(t)):
+            invalidate(t, where)
+
+
+def invalidate(t: Any, where: str) -> None:
+    """Make `t`, created inside a capture that failed, raise on any use instead of holding a
+    tracer: its class becomes a subclass whose storage is a property that raises."""
+    message = (f"this tensor was created inside a traced region ({where}) whose capture "
+               "failed, so it never received a value; compute it again outside the region")
+
+    def fail(self: Any) -> Any:
+        raise InvalidTensorError(message)
+
+    hooks.set_data(t, None)
+    t.__class__ = type("InvalidTensor", (type(t),), {
+        "__slots__": (), "_data": property(fail), "__repr__": lambda self: "<invalid tensor>"})
