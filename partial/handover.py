@@ -196,8 +196,7 @@ class Plan:
                 return None
             kind, what, cut = found
             if kind == "value":
-                index, made_with, diff = what
-                return (VALUE, index, diff and not cut and hist == made_with)
+                return (VALUE, what[0], _attached(what, cut, hist))
             return (INPUT, self._tensor_slot(what, self.cap.saved[id(what)][1][0], needs))
         if isinstance(x, (_Tensor, int)) and hist is not None:  # a tensor, or its id
             return (INPUT, self._tensor_slot(x, a, needs))
@@ -247,10 +246,9 @@ class Plan:
                 return None
             kind, what, cut = found
             if kind == "value":
-                index, made_with, diff = what
-                p = pending[index]
-                attached = diff and not cut and hooks.history(t) == made_with
-                out.append((t, p, (p, 0) if attached else (None, 0)))
+                p = pending[what[0]]
+                out.append((t, p, (p, 0) if _attached(what, cut, hooks.history(t)) else
+                            (None, 0)))
             else:
                 snap = cap.saved[id(what)][1]
                 out.append((t, snap[0], snap[1:3] if t is what and not cut else (None, 0)))
@@ -283,6 +281,14 @@ class Plan:
         (r, p), (outer_r, outer_p) = hooks.tape_state(), cap.outer_tape
         hooks.set_tape_state((outer_r + r - cap.differentiable, outer_p + p))
         return run
+
+
+def _attached(value: tuple, cut: bool, history: Any) -> bool:
+    """Whether a tensor with gradient `history` carries the history of the logged `value`
+    (index, history it was made with, whether it is differentiated), reached through a
+    gradient cut or not."""
+    _, made_with, diff = value
+    return diff and not cut and history == made_with
 
 
 def hand_over(cap: Any, start_breaks: Any) -> Any:
