@@ -15,6 +15,13 @@ given it. The lazy engine's hooks replace the capture's, and the rest of the reg
 arrays (in `jax.core.eval_context()`, since it still runs inside the capture's trace).
 
 A `GradManager.backward` before the break (in an `xla_trace` step) is replayed (`replay.py`).
+Keys by `id()` here are safe only because the object is alive as long as the key is used: the
+log holds every tracer and array it names until the capture forgets it, and `Capture.keep` the
+argument and gradient-cut tracers. The one exception is an op input tensor that needs no
+gradient, logged by id only (so the log keeps no temporaries alive): its slot key pairs that id
+with the id of the array it held, which the log keeps, so a reused id can only merge two slots
+of the same array.
+
 What the log cannot describe (a second backward, a custom `Function`) is not handed over: the
 call then starts again lazily (`BreakFound`).
 """
