@@ -89,6 +89,8 @@ class GradManager:
         tape.change(recording=1)
         for t, _ in self._attached.values():
             t._tracked += 1
+        if (h := context.current()) is not None:
+            h.recording(self, True)
 
     def release(self) -> None:
         """Stop recording (idempotent). Graph nodes die with the tensors that hold them."""
@@ -98,6 +100,8 @@ class GradManager:
         tape.change(recording=-1)
         for t, _ in self._attached.values():
             t._tracked -= 1
+        if (h := context.current()) is not None:
+            h.recording(self, False)
 
     def __enter__(self) -> GradManager:
         self.record()

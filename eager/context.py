@@ -16,6 +16,7 @@ import _signal  # signal.getsignal without its enum conversion (2 us per call, o
 import contextvars
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -90,6 +91,14 @@ class CaptureHooks:
 
     def backward(self, manager: Any, y: Any = None, dy: Any = None) -> None:
         """Called when `GradManager.backward(y, dy)` starts; may raise."""
+
+    def constant(self, make: Callable[[], Any]) -> Any:
+        """Return `make()`, the array of a tensor made from values that depend on no tensor
+        (`eg.zeros`, `eg.tensor([...])`); `make` may be called again later."""
+        return make()
+
+    def recording(self, manager: Any, on: bool) -> None:
+        """Called when `manager` starts (`on`) or stops recording (a backward ends with it)."""
 
 
 _ACTIVE: contextvars.ContextVar[CaptureHooks | None] = contextvars.ContextVar(

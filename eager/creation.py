@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .tensor import Tensor, to_array
+from .tensor import Tensor, constant, to_array
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -25,15 +25,15 @@ def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tenso
     if dtype is None:
         dtype = np.asarray(value).dtype if isinstance(value, (np.ndarray, np.generic)) else (
             "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32")
-    return Tensor(jnp.full(_shape(shape), value, np.dtype(dtype)), device=device)
+    return Tensor(constant(lambda: jnp.full(_shape(shape), value, np.dtype(dtype))), device=device)
 
 
 def zeros(shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(jnp.zeros(_shape(shape), np.dtype(dtype)), device=device)
+    return Tensor(constant(lambda: jnp.zeros(_shape(shape), np.dtype(dtype))), device=device)
 
 
 def ones(shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(jnp.ones(_shape(shape), np.dtype(dtype)), device=device)
+    return Tensor(constant(lambda: jnp.ones(_shape(shape), np.dtype(dtype))), device=device)
 
 
 def zeros_like(t: Tensor, dtype: Any = None) -> Tensor:
@@ -53,11 +53,12 @@ def arange(start: float = 0, stop: float | None = None, step: float = 1,
     """Evenly spaced values in [start, stop), float32 by default as in MegEngine."""
     if stop is None:
         start, stop = 0, start
-    return Tensor(jnp.arange(start, stop, step, dtype=np.dtype(dtype)), device=device)
+    return Tensor(constant(lambda: jnp.arange(start, stop, step, dtype=np.dtype(dtype))),
+                  device=device)
 
 
 def eye(n: int, m: int | None = None, dtype: Any = "float32", device: Any = None) -> Tensor:
-    return Tensor(jnp.eye(n, m, dtype=np.dtype(dtype)), device=device)
+    return Tensor(constant(lambda: jnp.eye(n, m, dtype=np.dtype(dtype))), device=device)
 
 
 def from_dlpack(obj: Any) -> Tensor:

@@ -9,7 +9,7 @@ change of a tensor's storage goes through `rebind`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -286,6 +286,14 @@ def _wrap(array: Any) -> Tensor:
     return t
 
 
+def constant(make: Callable[[], Any]) -> Any:
+    """`make()`: the array of a tensor made from values that depend on no tensor (`eg.zeros`,
+    `eg.tensor([...])`). Inside a capture it is a tracer, and the capture remembers how to make
+    it again (a region that breaks hands it over as a constant)."""
+    h = _current()
+    return make() if h is None else h.constant(make)
+
+
 def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
     """The jax array for Tensor construction data: Python numbers and lists default to float32 /
     int32; numpy arrays keep their dtype (as jax canonicalizes it); jax arrays are not copied."""
@@ -299,7 +307,7 @@ def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
             host = host.astype({"f": _FLOAT, "i": _INT, "u": _INT}.get(host.dtype.kind, host.dtype))
         if host.dtype == object:
             raise TypeError(f"cannot make a tensor from {type(data).__name__}: {data!r:.80}")
-        arr = jnp.asarray(host)
+        arr = constant(lambda: jnp.asarray(host))
     if dtype is not None and np.dtype(dtype) != arr.dtype:
         arr = arr.astype(np.dtype(dtype))
     dev = _device.parse(device) or _device.default()

@@ -66,8 +66,10 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         self.log: list = []  # every op call, for handing over at a break (handover.py)
         self.logged_outputs: set[int] = set()  # ids of the arrays logged ops produced
         self.unresumable = ""  # why the log cannot be handed over, once it cannot
+        self.in_backward: Any = None  # the log's mark of the GradManager.backward running now
         self.arg_tracers: dict[int, Any] = {}  # id(argument tracer) -> argument Tensor
         self.aliases: dict[int, Any] = {}  # id(gradient-cut tracer) -> the tracer it cuts
+        self.made_constants: dict[int, tuple] = {}  # id(tracer) -> (make, tracer): handover
         self.marked_ids: set[int] = set()
         self.lazy: Any = None  # the lazy hooks running the rest of the call, once handed over
         self.eval_context: Any = None  # jax's concrete evaluation, entered at the handover
@@ -281,6 +283,9 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
 
     def manager_created(self, manager: Any) -> None:
         self.new_managers.add(manager)
+
+    def recording(self, manager: Any, on: bool) -> None:
+        self.log_recording(manager, on)
 
     def backward(self, manager: Any, y: Any = None, dy: Any = None) -> None:
         self.log_backward(manager, y, dy)

@@ -11,19 +11,24 @@ eager code would have recorded it (`Capture.applied`). At the break the log is t
 lazy engine's first stretch, as if the ops had been recorded lazily: each tracer an op produced
 becomes a `Pending` placeholder, each tracer of a Tensor argument its real array again, and each
 Tensor holding a tracer the matching placeholder, with the gradient history eager code would have
-given it. The lazy engine's hooks replace the capture's, and the rest of the region runs on real
-arrays (in `jax.core.eval_context()`, since it still runs inside the capture's trace).
+given it. A tensor made from plain values (`eg.zeros`, `eg.tensor([...])`) is a tracer to the
+capture too; it is made again as the real constant eager code would have made
+(`Capture.constant`). The lazy engine's hooks replace the capture's, and the rest of the region
+runs on real arrays (in `jax.core.eval_context()`, since it still runs inside the capture's
+trace).
 
-A `GradManager.backward` before the break (in an `xla_trace` step) is replayed (`replay.py`).
+The `GradManager.backward`s before the break (in an `xla_trace` step) are replayed, with what
+came after each (`replay.py`).
 Keys by `id()` here are safe only because the object is alive as long as the key is used: the
-log holds every tracer and array it names until the capture forgets it, and `Capture.keep` the
-argument and gradient-cut tracers. The one exception is an op input tensor that needs no
+log holds every tracer and array it names until the capture forgets it, `Capture.keep` the
+argument and gradient-cut tracers and `Capture.made_constants` the constants' tracers. The one
+exception is an op input tensor that needs no
 gradient, logged by id only (so the log keeps no temporaries alive): its slot key pairs that id
 with the id of the array it held, which the log keeps, so a reused id can only merge two slots
 of the same array.
 
-What the log cannot describe (a second backward, a custom `Function`) is not handed over: the
-call then starts again lazily (`BreakFound`).
+What the log cannot describe (a custom `Function`, a tensor computed with jax directly) is
+not handed over: the call then starts again lazily (`BreakFound`), with a warning.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ import eager as eg
 
 from .key import tensor_spec
 from .lazy import _NO_INPUT, _START, INPUT, VALUE, LazyRun, Pending, Stretch
-from .replay import Backward, hand_over_past_backward
+from .messages import updated_leaf_in_partial_trace
+from .replay import Backward, GradWrite, Recording, hand_over_past_backward, ops_of
 
 hooks = eg.hooks
 _data = hooks.data
@@ -69,42 +75,72 @@ class Logging:
 
     def applied(self, op: Any, attrs: tuple, inputs: tuple, arrays: list,
                 outputs: tuple) -> None:
-        if self.unresumable or self.on_break is None:
-            return
+        if self.differentiable and self.mutated and op.differentiable:
+            self._refuse_updated_leaves(inputs)
+        if self.unresumable or self.on_break is None or self.in_backward is not None:
+            return  # (a replayed backward runs its own ops again)
         recording = self.eager_recording()
         ins = tuple(self._logged(x, a, recording) for x, a in zip(inputs, arrays))
         self.log.append((op, attrs, ins, recording,
                          tuple((_data(o), hooks.history(o)) for o in outputs)))
         self.logged_outputs.update(id(_data(o)) for o in outputs)
 
+    def _refuse_updated_leaves(self, inputs: tuple) -> None:
+        recording = self.eager_recording()
+        for x in inputs:
+            if (isinstance(x, _Tensor) and id(x) in self.mutated and x._node is None
+                    and self.eager_needs(x, recording)):
+                raise updated_leaf_in_partial_trace(x)
+
+    def constant(self, make: Any) -> Any:
+        a = make()
+        if isinstance(a, _Tracer) and not self.unresumable and self.on_break is not None:
+            self.made_constants[id(a)] = (make, a)  # (holding the tracer keeps its id its own)
+        return a
+
     def log_backward(self, manager: Any, y: Any, dy: Any) -> None:
         """An `xla_trace` step runs `manager.backward(y, dy)`: a handover after it replays it
-        (`replay.py`). Only the first one is."""
+        (`replay.py`)."""
         if self.differentiable or self.unresumable or self.on_break is None:
             return
-        if any(isinstance(e, Backward) for e in self.log):
-            self.unresumable = "a second GradManager.backward"
+        self.in_backward = Backward(manager, y, dy)
+        self.log.append(self.in_backward)
+
+    def log_recording(self, manager: Any, on: bool) -> None:
+        """`manager` started or stopped recording: a replayed backward needs it (the stop
+        that ends a backward is part of that backward)."""
+        if self.differentiable or self.unresumable or self.on_break is None:
             return
-        self.log.append(Backward(manager, y, dy))
+        if self.in_backward is not None and not on and self.in_backward.manager is manager:
+            self.in_backward = None
+        elif self.in_backward is not None:
+            self.unresumable = "a GradManager recording inside GradManager.backward"
+        else:
+            self.log.append(Recording(manager, on))
 
     def log_grad_write(self, owner: Any, value: Any) -> None:
-        """A `.grad` set to a gradient the backward computed (no logged op made it)."""
-        if not self.log or self.unresumable or not isinstance(value, _Tensor):
+        """A `.grad` set: by the backward running now (to a gradient it computed), or by the
+        step itself (`opt.clear_grad()`), which a replayed backward must see."""
+        if self.differentiable or self.unresumable or self.on_break is None:
             return
-        a = _data(value)
+        if self.in_backward is None:
+            self.log.append(GradWrite(owner, value))
+            return
+        a = _data(value) if isinstance(value, _Tensor) else None
         if isinstance(a, _Tracer) and id(a) not in self.logged_outputs:
-            marks = [e for e in self.log if isinstance(e, Backward)]
-            if marks:
-                marks[-1].grads[id(owner)] = (owner, a)
+            self.in_backward.grads[id(owner)] = (owner, a)
 
     def _logged(self, x: Any, a: Any, recording: bool) -> tuple:
         """An op input as the log keeps it: (tensor or its id, array, needs, history). Only a
-        tensor that needs a gradient is held: the log must not keep temporaries alive."""
+        tensor that needs a gradient and holds a real array, or is a leaf of the tape, is held
+        (a replay must send gradients to that very tensor); the log must not keep temporaries
+        alive, and finds them through their arrays."""
         if not isinstance(x, _Tensor):
             return (x, x, False, None)
         needs = self.eager_needs(x, recording)
-        held = needs and not isinstance(a, jax.core.Tracer)  # else found through its array
-        return (x if held else id(x), a, needs, hooks.history(x))
+        history = hooks.history(x)
+        held = needs and (not isinstance(a, _Tracer) or history[0] is None)
+        return (x if held else id(x), a, needs, history)
 
     def eager_recording(self) -> bool:
         """Whether eager code would record an op now (the capture of a partial_trace region
@@ -157,10 +193,12 @@ class Plan:
         self.cap = cap
         self.stretch = Stretch(_START)
         self.values: dict[int, tuple] = {}  # id(tracer) -> (value index, history, diff)
+        self.concrete: dict[int, Any] = {}  # id(constant's tracer) -> its real array
 
     def build(self, entries: list) -> str:
-        """Turn the log `entries` (op calls) into the stretch; return why it cannot be, or ''."""
-        for op, attrs, ins, recording, outs in entries:
+        """Turn the op calls among the log `entries` into the stretch; return why it cannot
+        be, or ''."""
+        for op, attrs, ins, recording, outs in ops_of(entries):
             descs = []
             tracked = False
             for x, a, needs, hist in ins:
@@ -184,16 +222,27 @@ class Plan:
 
     def _find(self, a: Any) -> tuple | None:
         """What tracer `a` is: ("value", (index, history, diff), cut) for an op's output,
-        ("argument", tensor, cut) for an argument's; `cut` when reached through a gradient
-        cut (`detach()`). None when the log does not know it."""
+        ("argument", tensor, cut) for an argument's, ("constant", array, cut) for a tensor
+        made from plain values (`eg.zeros`); `cut` when reached through a gradient cut
+        (`detach()`). None when the log does not know it."""
         cut = False
         while a is not None:
             if (v := self.values.get(id(a))) is not None:
                 return ("value", v, cut)
             if (arg := self.cap.arg_tracers.get(id(a))) is not None:
                 return ("argument", arg, cut)
+            if (made := self.cap.made_constants.get(id(a))) is not None:
+                return ("constant", self._concrete(id(a), made[0]), cut)
             a, cut = self.cap.aliases.get(id(a)), True
         return None
+
+    def _concrete(self, key: int, make: Any) -> Any:
+        """The real array of a constant the capture made as a tracer: made again."""
+        array = self.concrete.get(key)
+        if array is None:
+            with jax.core.eval_context():
+                array = self.concrete[key] = make()
+        return array
 
     def _input(self, x: Any, a: Any, needs: bool, hist: Any) -> tuple | None:
         st = self.stretch
@@ -204,6 +253,8 @@ class Plan:
             kind, what, cut = found
             if kind == "value":
                 return (VALUE, what[0], _attached(what, cut, hist))
+            if kind == "constant":
+                return (INPUT, LazyRun._array_input(st, what))
             return (INPUT, self._tensor_slot(what, self.cap.saved[id(what)][1][0], needs))
         if isinstance(x, (_Tensor, int)) and hist is not None:  # a tensor, or its id
             return (INPUT, self._tensor_slot(x, a, needs))
@@ -256,6 +307,8 @@ class Plan:
                 p = pending[what[0]]
                 out.append((t, p, (p, 0) if _attached(what, cut, hooks.history(t)) else
                             (None, 0)))
+            elif kind == "constant":
+                out.append((t, what, (None, 0)))
             else:
                 snap = cap.saved[id(what)][1]
                 out.append((t, snap[0], snap[1:3] if t is what and not cut else (None, 0)))
@@ -266,6 +319,7 @@ class Plan:
         changed only for its own sake, and return the lazy hooks holding the stretch."""
         cap = self.cap
         converted = {id(t) for t, _, _ in conversions}
+        self.concrete_ids = {id(a) for a in self.concrete.values()}
         for t in cap.marked:
             hooks.unmark_leaf(t)
         cap.marked.clear()
@@ -281,6 +335,8 @@ class Plan:
             hooks.set_history(t, node, out_idx)
             if type(array) is Pending:
                 self.stretch.holders.append(weakref.ref(t))
+            elif id(array) in self.concrete_ids:  # its value may be read, as lazily
+                run.constants[id(t)] = weakref.ref(t)
         for key, ref in cap.made.items():
             t = ref()
             if t is not None and key not in converted:

@@ -132,8 +132,13 @@ class LazyRun(hooks.CaptureHooks):
 
     # ----- recording ---------------------------------------------------------------------
     def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
-        st = self.stretch
         recording = op.differentiable and _is_recording()
+        if recording and any(_leaf_of_pending(x) for x in inputs):
+            # Its gradient goes to the leaf, but a piece is differentiated only with respect
+            # to its inputs: make the value an input of the next stretch.
+            self.flush("a tensor updated in this stretch, differentiated as a leaf",
+                       user_location())
+        st = self.stretch
         descs: list = []
         avals: list = []
         tracked = False
@@ -279,6 +284,13 @@ class LazyRun(hooks.CaptureHooks):
         invalidate_unfinished([ref() for ref in self.stretch.holders],
                               lambda a: type(a) is Pending)
         self.stretch = Stretch(_START)
+
+
+def _leaf_of_pending(x: Any) -> bool:
+    """Whether op input `x` holds a value the stretch computes but is a leaf of the tape
+    (a parameter an optimizer step of this stretch updated, used again while recording)."""
+    return (isinstance(x, _Tensor) and type(_data(x)) is Pending and _history(x)[0] is None
+            and _needs_grad(x))
 
 
 def _holders(st: Stretch) -> tuple[list, tuple]:

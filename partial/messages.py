@@ -23,6 +23,18 @@ def value_read_error(kind: str, what: str) -> ValueReadError:
         "F.where(cond, a, b).")
 
 
+def updated_leaf_in_partial_trace(t: Any) -> UnsupportedInRegionError:
+    """A tensor attached to a recording GradManager was rebound inside a `partial_trace`
+    region and then used by a recorded op: its gradient would be taken with respect to the
+    value it had before the region, which the compiled segment cannot do."""
+    return UnsupportedInRegionError(
+        f"{describe_location(user_location())}: a tensor of shape {tuple(t.shape)} attached to a "
+        "recording GradManager was updated inside this partial_trace region and then used "
+        "while recording. Its gradient belongs to the new value, which a compiled segment "
+        "cannot hand back. Update it before the region, or inside "
+        "`with exclude_from_trace():` (the region breaks there and goes on with the new value).")
+
+
 def backward_in_partial_trace() -> UnsupportedInRegionError:
     """`GradManager.backward` inside a `partial_trace` region."""
     return UnsupportedInRegionError(

@@ -222,3 +222,38 @@ def test_backward_and_custom_functions_inside_a_region_are_refused():
 
     with pytest.raises(UnsupportedInRegionError, match="Double"):
         partial_trace(lambda x: Double()(x))(eg.ones(1))
+
+
+def test_an_attached_tensor_updated_and_then_used_in_a_partial_trace_region_is_refused():
+    """Its gradient belongs to the value written inside the region, which a compiled segment
+    cannot hand back: refused at the use, with the way out, and nothing is lost. Written at a
+    break instead, the region goes on with the new value and matches eager."""
+    def run(compile, at_break, keep=None):
+        w = eg.tensor(np.ones((4, 3), np.float32))
+        if keep is not None:
+            keep.append(w)
+        gm = GradManager().attach([w])
+
+        def region(x):
+            if at_break:
+                with exclude_from_trace(), eg.no_grad():
+                    w[:] = w * 0.5
+            else:
+                with eg.no_grad():
+                    w[:] = w * 0.5
+            return (x @ w).sum()
+
+        f = compile(region)
+        for _ in range(2):
+            with gm:
+                gm.backward(f(eg.ones((2, 4))))
+        return w.numpy(), w.grad.numpy()
+
+    kept = []
+    with pytest.raises(UnsupportedInRegionError, match=f"{HERE}.*updated inside this"):
+        run(partial_trace, at_break=False, keep=kept)
+    np.testing.assert_array_equal(kept[0].numpy(), np.ones((4, 3)))
+    assert kept[0].grad is None
+    want = run(lambda f: f, at_break=True)
+    for got, expected in zip(run(partial_trace, at_break=True), want):
+        np.testing.assert_allclose(got, expected)

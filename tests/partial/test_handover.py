@@ -187,31 +187,129 @@ def test_an_xla_trace_step_breaking_after_backward_runs_its_python_once(caplog):
     assert "ran twice" not in caplog.text
 
 
-def test_a_break_after_two_backwards_in_a_step_warns_that_it_ran_twice(caplog):
-    net = M.Linear(8, 4)
-    runs, seen = [], []
+@pytest.mark.parametrize("pattern", ["accumulate", "two steps", "two managers"])
+def test_a_step_with_several_backwards_before_its_break_runs_its_python_once(pattern, caplog):
+    """Gradient accumulation over micro-batches, or several optimizer steps in one call: every
+    backward before the first break is replayed at the handover, in order."""
+    runs = []
 
-    def step(x, y):
-        runs.append(1)
-        gm = GradManager().attach(net.parameters())
-        for _ in range(2):  # only the first backward is replayed at a handover
-            with gm:
-                gm.backward(F.cross_entropy(net(x), y))
-        g = net.weight.grad
-        with exclude_from_trace():
-            seen.append(float(g.abs().sum().item()))
-        net.weight.grad = net.bias.grad = None
-        return g
+    def build(wrap):
+        net = M.Sequential(M.Linear(8, 16), M.BatchNorm1d(16), M.ReLU(), M.Linear(16, 4))
+        params = net.parameters()
+        opt = optim.Adam(params, lr=0.01)
+        gms = [GradManager().attach(params)]
+        if pattern == "two managers":
+            gms.append(GradManager().attach(params[-2:]))  # the head only
+        log = []
 
-    compiled = xla_trace(step)
+        def train_step(x, y):
+            runs.append(1)
+            for k, half in enumerate((slice(0, 3), slice(3, 6))):
+                gm = gms[k % len(gms)]
+                with gm:
+                    loss = F.cross_entropy(net(x[half]), y[half])
+                    gm.backward(loss * 0.5)
+                if pattern != "accumulate":
+                    opt.step().clear_grad()
+            g = params[0].grad if pattern == "accumulate" else loss
+            _log_mean(log, g)  # the first break, after every backward
+            if pattern == "accumulate":
+                opt.step().clear_grad()
+            return loss
+
+        step_fn = wrap(train_step)
+        return World(lambda i: (step_fn(*_batch(i)), list(log)), modules=[net],
+                     optimizers=[opt], traced=[step_fn])
+
     with caplog.at_level(logging.WARNING, logger="partial"):
-        outs = [compiled(*_batch(i)).numpy() for i in range(3)]
-    want = [step(*_batch(i)).numpy() for i in range(3)]
-    for o, w in zip(outs, want):
-        np.testing.assert_allclose(o, w, rtol=1e-5, atol=1e-6)
-    assert len(runs) == 4 + 3  # twice in the first compiled call only, then 3 eager calls
-    assert "a second GradManager.backward ran before it" in caplog.text
-    assert "ran twice in this call" in caplog.text
+        check_against_eager(build, steps=3, compile=xla_trace)
+    assert len(runs) == 3 + 3  # each call ran its Python once, compiled and eagerly
+    assert "ran twice" not in caplog.text
+
+
+def test_a_parameter_updated_in_a_stretch_and_used_again_gets_its_gradient():
+    """Two optimizer steps between breaks: the second forward reads parameters the first
+    step updated lazily, and their gradients must reach them (not the placeholder)."""
+    def build(wrap):
+        net = M.Linear(8, 4)
+        opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        gm = GradManager().attach(net.parameters())
+        log = []
+
+        def train_step(x, y):
+            _log_mean(log, x)  # breaks at once: the rest runs lazily
+            for _ in range(2):
+                with gm:
+                    gm.backward(F.cross_entropy(net(x), y))
+                opt.step().clear_grad()
+            return net.weight * 1
+
+        step_fn = wrap(train_step)
+        return World(lambda i: step_fn(*_batch(i)), modules=[net], optimizers=[opt],
+                     traced=[step_fn])
+
+    check_against_eager(build, steps=3, compile=xla_trace)
+
+
+@pytest.mark.parametrize("compile", [partial_trace, xla_trace], ids=["partial", "xla"])
+def test_tensors_made_from_plain_values_before_the_break_are_handed_over(compile, caplog):
+    """`eg.zeros`, `eg.tensor([...])`, `eg.arange` inside a region are tracers to the capture;
+    at the handover they become the constants eager code would have made."""
+    def build(wrap):
+        net = M.Linear(8, 4)
+        log, runs = [], []
+
+        def region(x):
+            runs.append(1)
+            weights = eg.tensor([1.0, 2.0, 3.0, 4.0])
+            scale = weights + eg.arange(4) * 0.5
+            bias = eg.zeros(4) + eg.full((4,), 0.25) + eg.eye(4)[0] + eg.ones_like(scale)
+            h = net(x) * scale + bias
+            _log_mean(log, h)
+            log.append(float(weights.numpy().sum()))  # made from plain values: readable
+            return h * 2
+
+        f = wrap(region)
+        gm = GradManager().attach(net.parameters())
+        opt = optim.SGD(net.parameters(), lr=0.1)
+
+        def step(i):
+            with gm:
+                out = f(_batch(i)[0])
+                gm.backward((out * out).mean())
+            opt.step().clear_grad()
+            return out, list(log), len(runs)
+
+        return World(step, modules=[net], optimizers=[opt], traced=[f])
+
+    with caplog.at_level(logging.WARNING, logger="partial"):
+        check_against_eager(build, steps=3, compile=compile)
+    assert "ran twice" not in caplog.text
+
+
+def test_a_capture_that_cannot_be_handed_over_runs_the_call_again_lazily(monkeypatch, caplog):
+    """The fallback for a log the handover cannot describe: the call starts again with graph
+    breaks, says that its Python before the break ran twice, and matches eager."""
+    import partial.whole as whole
+
+    monkeypatch.setattr(whole, "hand_over", lambda cap, start: "an undescribable op")
+
+    def build(wrap):
+        net = M.Sequential(M.Linear(8, 16), M.BatchNorm1d(16), M.ReLU(), M.Linear(16, 4))
+        log = []
+
+        def region(x):
+            h = net(x)
+            _log_mean(log, h)
+            return h
+
+        f = wrap(region)
+        return World(lambda i: (f(_batch(i)[0]), list(log)), modules=[net], traced=[f])
+
+    with caplog.at_level(logging.WARNING, logger="partial"):
+        world = check_against_eager(build, steps=3)
+    assert "after an undescribable op" in caplog.text and "ran twice in this call" in caplog.text
+    assert world.traced[0].cache_info().breaks
 
 
 # ----- random regions: state, no_grad, detach and a break anywhere ----------------------------
@@ -289,32 +387,38 @@ def test_random_regions_that_break_match_eager_from_the_first_call(steps, at, ki
                      traced=[f])
 
     options = {"graph_breaks": True} if kind == "read" else {}
-    check_against_eager(build, steps=3, **options)
+    check_against_eager(build, steps=3, rtol=1e-4, atol=1e-4, **options)  # (as below)
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(steps=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5),
        at=st.integers(0, 6), kind=st.sampled_from(["block", "read"]),
-       adam=st.booleans())
-def test_random_xla_steps_breaking_before_or_after_backward_match_eager(steps, at, kind, adam):
-    at = min(at, len(steps))  # len(steps): the break comes after gm.backward
+       adam=st.booleans(), micro=st.sampled_from([1, 1, 2]), step_each=st.booleans())
+def test_random_xla_steps_breaking_before_or_after_backward_match_eager(steps, at, kind, adam,
+                                                                      micro, step_each):
+    """`micro` backwards per call (gradient accumulation), with an optimizer step after each
+    or once at the end; the break comes anywhere in the first forward, or after them all."""
+    at = min(at, len(steps))  # len(steps): the break comes after every gm.backward
 
     def build(wrap):
         net = _Net()
         log, runs = [], []
-        body = _region(net, steps, at, kind, log, [])
         params = net.parameters()
         gm = GradManager().attach(params)
         opt = optim.Adam(params, lr=0.01) if adam else optim.SGD(params, lr=0.1, momentum=0.9)
+        bodies = [_region(net, steps, at if k == 0 else -1, kind, log, []) for k in range(micro)]
 
         def train_step(x):
             runs.append(1)
-            with gm:
-                out = body(x)
-                loss = (out * out).mean()
-                gm.backward(loss)
+            for body in bodies:
+                with gm:
+                    out = body(x)
+                    loss = (out * out).mean()
+                    gm.backward(loss)
+                if step_each:
+                    opt.step().clear_grad()
             if at == len(steps):
-                seen = net.lin.weight.grad if "lin" in steps else loss
+                seen = net.lin.weight.grad if "lin" in steps and not step_each else loss
                 if kind == "read":
                     log.append(bool(seen.mean() > 0))
                 else:
@@ -332,7 +436,9 @@ def test_random_xla_steps_breaking_before_or_after_backward_match_eager(steps, a
                      traced=[step_fn])
 
     options = {"graph_breaks": True} if kind == "read" else {}
-    check_against_eager(build, steps=3, compile=xla_trace, **options)
+    # BatchNorm over 6 rows of a tensor written in place several times amplifies the rounding
+    # of fused reductions to ~2e-5; a wrong replay is off by 1e-2 or more.
+    check_against_eager(build, steps=3, compile=xla_trace, rtol=1e-4, atol=1e-4, **options)
 
 
 def test_an_xla_trace_step_breaking_after_backward_matches_eager():
