@@ -1,8 +1,10 @@
 """The per-function cache of compiled entries: keyed by the call's guard key, bounded (least
 recently used entries are dropped first), and counted for `cache_info()`.
 
-A region with graph breaks caches pieces instead (one per distinct op sequence between breaks,
-keyed by that sequence); they share the bound and the counts."""
+A region with graph breaks caches pieces in the same store (one per distinct op sequence
+between breaks, keyed by that sequence). Both are compiled segments with a `key` and the
+`seconds` spent on them; an entry also carries the guards and write-back of a whole region,
+which a piece (exactly its op sequence, run where it was recorded) does not need."""
 
 from __future__ import annotations
 
@@ -47,19 +49,21 @@ class CacheInfo:
     ops: int = 0
 
 
+_PIECE = "piece"  # heads the key of a piece (a guard key never starts with a string)
+
+
 class Cache:
     """Entries by guard key; several entries may share a key (e.g. train and eval mode)."""
 
     def __init__(self, maxsize: int):
         self.maxsize = maxsize
-        self.by_key: dict[tuple, list[Entry]] = {}
-        self.lru: OrderedDict[Entry, None] = OrderedDict()
+        self.by_key: dict[tuple, list] = {}  # entries by guard key, pieces by op sequence
+        self.lru: OrderedDict[Any, None] = OrderedDict()  # entries and pieces, oldest first
         self.captures = 0
         self.hits = 0
         self.dropped_seconds = 0.0
         self.reasons: list[str] = []
         self.recent: Entry | None = None  # the most recently used entry
-        self.pieces: OrderedDict[tuple, Any] = OrderedDict()  # op sequence -> lazy.Piece
         self.deaths: list = []  # weak references to entries whose guarded objects died
         # Held for a whole call: calls of one function run one at a time, so concurrent calls
         # give the results of some serial order (and never share a half-written state).
@@ -97,7 +101,8 @@ class Cache:
                 self.remove(entry)
 
     def most_recent(self) -> Entry | None:
-        return next(reversed(self.lru), None)
+        """The most recently used entry of the whole region (not a piece)."""
+        return next((e for e in reversed(self.lru) if isinstance(e, Entry)), None)
 
     def add(self, entry: Entry) -> None:
         self.by_key.setdefault(entry.key, []).append(entry)
@@ -107,29 +112,28 @@ class Cache:
 
     def piece(self, key: tuple) -> Any:
         """The compiled piece of a region with breaks for op sequence `key`, or None."""
-        piece = self.pieces.get(key)
-        if piece is not None:
-            self.pieces.move_to_end(key)
-        return piece
+        found = self.by_key.get((_PIECE, key))
+        if not found:
+            return None
+        self.lru.move_to_end(found[0])
+        return found[0]
 
     def add_piece(self, key: tuple, piece: Any) -> None:
         self.captures += 1
-        self.pieces[key] = piece
+        piece.key = (_PIECE, key)
+        self.by_key[piece.key] = [piece]
+        self.lru[piece] = None
         self._bound()
 
     def drop_piece(self, piece: Any) -> None:
-        for key, held in list(self.pieces.items()):
-            if held is piece:
-                del self.pieces[key]
+        if piece in self.lru:
+            self.remove(piece)
 
     def _bound(self) -> None:
-        while len(self.lru) + len(self.pieces) > self.maxsize:
-            if self.pieces:
-                self.dropped_seconds += self.pieces.popitem(last=False)[1].seconds
-            else:
-                self.remove(next(iter(self.lru)))
+        while len(self.lru) > self.maxsize:
+            self.remove(next(iter(self.lru)))
 
-    def remove(self, entry: Entry) -> None:
+    def remove(self, entry: Any) -> None:
         if self.lru.pop(entry, 0) is None:
             if self.recent is entry:
                 self.recent = None
@@ -142,13 +146,10 @@ class Cache:
     def clear(self) -> None:
         for entry in list(self.lru):
             self.remove(entry)
-        while self.pieces:
-            self.dropped_seconds += self.pieces.popitem()[1].seconds
 
     def info(self, segments: int = 0, breaks: tuple[str, ...] = (), ops: int = 0) -> CacheInfo:
-        seconds = (self.dropped_seconds + sum(e.seconds for e in self.lru)
-                   + sum(p.seconds for p in self.pieces.values()))
-        return CacheInfo(self.captures, self.hits, len(self.lru) + len(self.pieces), seconds,
+        seconds = self.dropped_seconds + sum(e.seconds for e in self.lru)
+        return CacheInfo(self.captures, self.hits, len(self.lru), seconds,
                          self.maxsize, segments, breaks, ops)
 
 

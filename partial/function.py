@@ -60,10 +60,9 @@ class TracedFunction:
         return getattr(self._fn, "__name__", type(self._fn).__name__).strip("<>") or "region"
 
     def segments(self) -> list[Segment]:
-        """The compiled segments of the cached entries, least recently used first (each can
-        report its executables' cost, memory and HLO)."""
-        return [e.segment for e in self._cache.lru] + [
-            p.segment for p in self._cache.pieces.values()]
+        """The compiled segments of the cached entries and pieces, least recently used first
+        (each can report its executables' cost, memory and HLO)."""
+        return [e.segment for e in self._cache.lru]
 
     def flat_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
         """The arrays a call with these arguments passes to its compiled segment, in order:

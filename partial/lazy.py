@@ -82,12 +82,13 @@ class Pending:
     __array__ = _used_as_array
 
 
-@dataclass
+@dataclass(eq=False)
 class Piece:
     """A compiled stretch: its segment, called through the bridge."""
 
     function: SegmentFunction
     wrt: tuple  # the inputs a gradient may flow to (tracked when recorded)
+    key: tuple = ()  # set by the cache that holds it
 
     @property
     def segment(self) -> Segment:
