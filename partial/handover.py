@@ -77,13 +77,17 @@ class Logging:
                 outputs: tuple) -> None:
         if self.differentiable and self.mutated and op.differentiable:
             self._refuse_updated_leaves(inputs)
-        if self.unresumable or self.on_break is None or self.in_backward is not None:
+        if not self._resumable() or self.in_backward is not None:
             return  # (a replayed backward runs its own ops again)
         recording = self.eager_recording()
         ins = tuple(self._logged(x, a, recording) for x, a in zip(inputs, arrays))
         self.log.append((op, attrs, ins, recording,
                          tuple((_data(o), hooks.history(o)) for o in outputs)))
         self.logged_outputs.update(id(_data(o)) for o in outputs)
+
+    def _resumable(self) -> bool:
+        """Whether a break could still hand this capture over (so the log must go on)."""
+        return not self.unresumable and self.on_break is not None
 
     def _refuse_updated_leaves(self, inputs: tuple) -> None:
         recording = self.eager_recording()
@@ -94,14 +98,14 @@ class Logging:
 
     def constant(self, make: Any) -> Any:
         a = make()
-        if isinstance(a, _Tracer) and not self.unresumable and self.on_break is not None:
+        if isinstance(a, _Tracer) and self._resumable():
             self.made_constants[id(a)] = (make, a)  # (holding the tracer keeps its id its own)
         return a
 
     def log_backward(self, manager: Any, y: Any, dy: Any) -> None:
         """An `xla_trace` step runs `manager.backward(y, dy)`: a handover after it replays it
         (`replay.py`)."""
-        if self.differentiable or self.unresumable or self.on_break is None:
+        if self.differentiable or not self._resumable():
             return
         self.in_backward = Backward(manager, y, dy)
         self.log.append(self.in_backward)
@@ -109,7 +113,7 @@ class Logging:
     def log_recording(self, manager: Any, on: bool) -> None:
         """`manager` started or stopped recording: a replayed backward needs it (the stop
         that ends a backward is part of that backward)."""
-        if self.differentiable or self.unresumable or self.on_break is None:
+        if self.differentiable or not self._resumable():
             return
         if self.in_backward is not None and not on and self.in_backward.manager is manager:
             self.in_backward = None
@@ -121,7 +125,7 @@ class Logging:
     def log_grad_write(self, owner: Any, value: Any) -> None:
         """A `.grad` set: by the backward running now (to a gradient it computed), or by the
         step itself (`opt.clear_grad()`), which a replayed backward must see."""
-        if self.differentiable or self.unresumable or self.on_break is None:
+        if self.differentiable or not self._resumable():
             return
         if self.in_backward is None:
             self.log.append(GradWrite(owner, value))
@@ -319,7 +323,7 @@ class Plan:
         changed only for its own sake, and return the lazy hooks holding the stretch."""
         cap = self.cap
         converted = {id(t) for t, _, _ in conversions}
-        self.concrete_ids = {id(a) for a in self.concrete.values()}
+        constants = {id(a) for a in self.concrete.values()}  # (held by self.concrete)
         for t in cap.marked:
             hooks.unmark_leaf(t)
         cap.marked.clear()
@@ -335,7 +339,7 @@ class Plan:
             hooks.set_history(t, node, out_idx)
             if type(array) is Pending:
                 self.stretch.holders.append(weakref.ref(t))
-            elif id(array) in self.concrete_ids:  # its value may be read, as lazily
+            elif id(array) in constants:  # its value may be read, as lazily
                 run.constants[id(t)] = weakref.ref(t)
         for key, ref in cap.made.items():
             t = ref()

@@ -9,6 +9,10 @@ after it is done again in order on real values: ops are recorded lazily, manager
 stop recording, and later backwards run (gradient accumulation over micro-batches, several
 optimizer steps in one call). Tensors holding tracers then get the matching real arrays or
 placeholders, and the lazy engine goes on from the break.
+
+Keys by `id()` here name objects the log, the replay or its caller hold for as long as the key
+is used (tracers and arrays in the log, tensors in `later` and `_Replay.touched`, constants in
+`_Replay.consts`), so no id is reused while it is a key.
 """
 
 from __future__ import annotations
@@ -79,8 +83,7 @@ def hand_over_past_backward(cap: Any, plan: Any, at: int, start_breaks: Any) -> 
     cap.lazy = lazy
     hooks.hand_over(lazy)
     later = plan.later
-    originals = {id(t): hooks.data(t) for t in later}
-    histories = {id(t): hooks.history(t) for t in later}  # at the break
+    at_break = [(t, hooks.data(t), hooks.history(t)) for t in later]
     for t in later:  # as at the backward: pre-existing tensors held their values from before
         saved = cap.saved.get(id(t))
         if saved is not None:
@@ -94,7 +97,7 @@ def hand_over_past_backward(cap: Any, plan: Any, at: int, start_breaks: Any) -> 
     replay.took(first)
     for entry in after:
         replay.redo(entry)
-    replay.finish(later, originals, histories)
+    replay.finish(at_break)
     return lazy
 
 
@@ -241,17 +244,17 @@ class _Replay:
         hooks.set_history(t, None, 0)  # held tensors are leaves
         self.lazy.stretch.holders.append(weakref.ref(t))
 
-    def finish(self, later: list, originals: dict, histories: dict) -> None:
-        """Give each tensor that held a tracer made after the first backward its value."""
+    def finish(self, at_break: list) -> None:
+        """Give each tensor that held a tracer made after the first backward (`at_break`:
+        (tensor, that tracer, its gradient history)) its value."""
         for t, data, history in self.touched.values():
             hooks.set_data(t, data)
             hooks.set_history(t, *history)
-        for t in later:
-            a = originals[id(t)]
+        for t, a, history in at_break:
             if id(a) in self.made:
                 out, made_with = self.made[id(a)]
                 hooks.set_data(t, hooks.data(out))
-                hooks.set_history(t, *(hooks.history(out) if histories[id(t)] == made_with
+                hooks.set_history(t, *(hooks.history(out) if history == made_with
                                        else (None, 0)))
             else:  # (an accumulated gradient may be pending too)
                 g = self.grads[id(a)]

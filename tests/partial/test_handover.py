@@ -454,7 +454,7 @@ def test_an_xla_trace_step_breaking_after_backward_matches_eager():
             with gm:
                 loss = F.cross_entropy(net(x), y)
                 gm.backward(loss)
-            _log_mean(log, loss)  # the break comes after backward: not handed over
+            _log_mean(log, loss)  # the break comes after backward: replayed at the handover
             opt.step().clear_grad()
             return loss
 
