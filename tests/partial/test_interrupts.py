@@ -223,12 +223,17 @@ def run_with_interrupt(step: Callable[[], object], delay: float) -> tuple[bool, 
 
     timer = threading.Timer(delay, fire)
     returned = interrupted = False
+    error: BaseException | None = None
+    # No call between the two `try` blocks: the interpreter delivers an interrupt only at a
+    # call or a backward jump, so the timer's interrupt lands inside one of them.
     try:
         timer.start()
         step()
         returned = True
     except KeyboardInterrupt:
         interrupted = True
+    except BaseException as e:  # the step failed on its own: re-raised once the timer is done
+        error = e
     delivered = interrupted
     while True:
         try:
@@ -239,9 +244,13 @@ def run_with_interrupt(step: Callable[[], object], delay: float) -> tuple[bool, 
                 # its next check, which a loop iteration makes.
                 for _ in range(10_000):
                     pass
-            return returned, interrupted, fired.is_set() and not delivered
+            lost = fired.is_set() and not delivered
+            break
         except KeyboardInterrupt:
             delivered = True
+    if error is not None:  # raised only now, so no interrupt lands in the report of it
+        raise error
+    return returned, interrupted, lost
 
 
 # ----- one checked step ------------------------------------------------------------------------
