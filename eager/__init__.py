@@ -10,7 +10,7 @@ jitted version and the backward its cached jitted vjp. `eager.hooks` is the docu
 capture (the `partial` package) uses to observe eager execution.
 """
 
-from . import autodiff, functional, hooks, module, optimizer, random
+from . import autodiff, distributed, functional, hooks, module, optimizer, random
 from .autodiff import Function, GradManager, no_grad
 from .creation import (
     arange,
@@ -25,7 +25,14 @@ from .creation import (
     zeros_like,
 )
 from .device import get_default_device, set_default_device
-from .errors import BackwardError, CheckpointError, DeviceError, EagerError
+from .errors import (
+    BackwardError,
+    CheckpointError,
+    DeviceError,
+    DistributedError,
+    EagerError,
+    WorkerError,
+)
 from .ops import OPS, Op, defop
 from .serialization import load, save
 from .tensor import Parameter, Tensor, apply, read, rebind
@@ -33,7 +40,8 @@ from .tensor import Parameter, Tensor, apply, read, rebind
 __all__ = [
     "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "eye",
     "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
-    "set_default_device", "random", "functional", "module", "optimizer", "autodiff", "hooks",
-    "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS", "Op", "defop",
-    "EagerError", "BackwardError", "CheckpointError", "DeviceError",
+    "set_default_device", "distributed", "random", "functional", "module", "optimizer",
+    "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
+    "Op", "defop", "EagerError", "BackwardError", "CheckpointError", "DeviceError",
+    "DistributedError", "WorkerError",
 ]

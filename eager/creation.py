@@ -36,16 +36,23 @@ def ones(shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
     return Tensor(constant(lambda: jnp.ones(_shape(shape), np.dtype(dtype))), device=device)
 
 
+def _placement(t: Tensor) -> Any:
+    """Where a `*_like` result goes: `t`'s layout when it spans several devices (a replicated
+    parameter's optimizer state stays replicated), else the default device."""
+    sharding = t.sharding
+    return sharding if sharding is not None and len(sharding.device_set) > 1 else None
+
+
 def zeros_like(t: Tensor, dtype: Any = None) -> Tensor:
-    return zeros(t.shape, dtype or t.dtype)
+    return zeros(t.shape, dtype or t.dtype, device=_placement(t))
 
 
 def ones_like(t: Tensor, dtype: Any = None) -> Tensor:
-    return ones(t.shape, dtype or t.dtype)
+    return ones(t.shape, dtype or t.dtype, device=_placement(t))
 
 
 def full_like(t: Tensor, value: Any, dtype: Any = None) -> Tensor:
-    return full(t.shape, value, dtype or t.dtype)
+    return full(t.shape, value, dtype or t.dtype, device=_placement(t))
 
 
 def arange(start: float = 0, stop: float | None = None, step: float = 1,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 
 from .errors import DeviceError
@@ -20,9 +22,10 @@ def name_of(device: jax.Device) -> str:
     return f"{kind}{index}"
 
 
-def parse(device: str | jax.Device | None) -> jax.Device | None:
-    """A jax device from a name ("cpu0", "gpu1", "cuda0", "cpu") or a jax device."""
-    if device is None or isinstance(device, jax.Device):
+def parse(device: Any) -> Any:
+    """A jax device from a name ("cpu0", "gpu1", "cuda0", "cpu"); a jax device or a sharding
+    (a layout over several devices) is returned as it is."""
+    if device is None or isinstance(device, (jax.Device, jax.sharding.Sharding)):
         return device
     name = str(device).lower().replace(":", "")
     kind = name.rstrip("0123456789")

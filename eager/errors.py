@@ -16,3 +16,13 @@ class CheckpointError(EagerError, ValueError):
 
 class DeviceError(EagerError, ValueError):
     """An unknown device name."""
+
+
+class DistributedError(EagerError, RuntimeError):
+    """Distributed training misuse: a process group initialised twice or too late, a batch that
+    does not split over the mesh, a port already in use."""
+
+
+class WorkerError(DistributedError):
+    """A worker process started by `dist.launcher` raised or died; the message carries its rank
+    and its traceback."""

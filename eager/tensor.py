@@ -65,6 +65,12 @@ class Tensor:
         return int(np.prod(self._data.shape, dtype=np.int64))
 
     @property
+    def sharding(self) -> Any:
+        """How the array is laid out over devices (a `jax.sharding.Sharding`; None inside a
+        capture, where the compiled program decides)."""
+        return None if isinstance(self._data, jax.core.Tracer) else self._data.sharding
+
+    @property
     def device(self) -> str:
         devices = getattr(self._data, "devices", None)
         if devices is None or isinstance(self._data, jax.core.Tracer):

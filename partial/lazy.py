@@ -31,7 +31,7 @@ import numpy as np
 
 import eager as eg
 from autograd_bridge import SegmentFunction
-from xla_segments import Segment
+from xla_segments import Segment, abstract
 
 from .errors import ValueReadError
 from .key import tensor_spec
@@ -358,7 +358,8 @@ def compile_stretch(st: Stretch, outputs: tuple, name: str) -> Piece:
         return [values[i] for i in outputs]
 
     in_avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type,
-                                     sharding=getattr(x, "sharding", None))
+                                     sharding=abstract(x).sharding if hasattr(x, "shape")
+                                     else None)  # a Python scalar has no placement
                 for a, x in zip(st.avals, st.inputs)]
     segment = Segment(replay, in_avals, name=name)
     function = SegmentFunction(segment, [deps[i] for i in outputs], name)

@@ -13,6 +13,7 @@ import jax
 
 import eager as eg
 import eager.module as M
+from xla_segments import abstract
 
 from .guards import ArgumentStateGuard
 from .key import Call
@@ -72,7 +73,7 @@ def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool) -> 
     consts = [(new_pos[p], None) if (p := cap.input_of_array.get(id(c))) in new_pos else (None, c)
               for c in closed.consts]
     sources = [cap.inputs[p - n][0] for p in order]
-    in_avals = [_abstract(a) for a in call.arrays] + [_abstract(cap.inputs[p - n][1])
+    in_avals = [abstract(a) for a in call.arrays] + [abstract(cap.inputs[p - n][1])
                                                       for p in order]
 
     remap = {**{i: i for i in range(n)}, **new_pos}
@@ -98,12 +99,6 @@ def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool) -> 
         managers=[weakref.ref(gm) for gm in cap.managers.values()],
         arg_guard=ArgumentStateGuard(state, call.tensors), settle=cap.settle,
     )
-
-
-def _abstract(a: Any) -> jax.ShapeDtypeStruct:
-    """What compiling needs of an array (shape, dtype, weak type, placement), without keeping
-    the array alive."""
-    return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type, sharding=a.sharding)
 
 
 def _guarded_modules(cap: Any, call: Call) -> list:

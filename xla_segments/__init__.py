@@ -9,6 +9,6 @@ rematerialization) is one hashable `CompileOptions` value.
 """
 
 from .options import CompileOptions
-from .segment import Executable, Segment
+from .segment import Executable, Segment, abstract
 
-__all__ = ["Segment", "Executable", "CompileOptions"]
+__all__ = ["Segment", "Executable", "CompileOptions", "abstract"]

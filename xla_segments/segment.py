@@ -91,7 +91,7 @@ class Segment:
     _vjps: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._avals = tuple(_abstract(a) for a in self.in_avals)
+        self._avals = tuple(abstract(a) for a in self.in_avals)
         _check_options(self.options, len(self._avals), self.name)
 
     @property
@@ -169,11 +169,13 @@ class Segment:
                    for info in jax.tree.leaves(residuals))
 
 
-def _abstract(a: Any) -> jax.ShapeDtypeStruct:
+def abstract(a: Any) -> jax.ShapeDtypeStruct:
     """Shape, dtype, weak type and, where known, placement (so executables run where their
-    inputs live)."""
+    inputs live). An uncommitted array (`jnp.asarray(0.1)`) has no placement of its own: jax
+    moves it to wherever the computation runs, as `jax.jit` does."""
+    placed = getattr(a, "committed", True)
     return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False),
-                                sharding=getattr(a, "sharding", None))
+                                sharding=getattr(a, "sharding", None) if placed else None)
 
 
 def _check_options(options: Any, n_inputs: int, name: str) -> None:

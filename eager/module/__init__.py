@@ -13,6 +13,7 @@ from .layers import (
     LayerNorm,
     Linear,
     MultiHeadAttention,
+    SyncBatchNorm,
 )
 from .module import Module
 from .simple import (
@@ -31,7 +32,7 @@ from .simple import (
 
 __all__ = [
     "init", "Module", "Sequential", "ModuleList", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",
-    "BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "Embedding", "MultiHeadAttention",
-    "Dropout", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Identity", "MaxPool2d", "AvgPool2d",
-    "AdaptiveAvgPool2d", "Flatten",
+    "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "Embedding",
+    "MultiHeadAttention", "Dropout", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Identity",
+    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten",
 ]

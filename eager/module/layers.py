@@ -8,9 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import distributed as dist
 from .. import functional as F
 from ..creation import ones, zeros
-from ..tensor import Parameter, Tensor
+from ..ops import OPS
+from ..tensor import Parameter, Tensor, apply, read, rebind
 from . import init
 from .module import Module
 
@@ -139,6 +141,41 @@ class BatchNorm1d(_BatchNorm):
 
 class BatchNorm2d(_BatchNorm):
     """BatchNorm over NCHW; MegEngine momentum (running = m*running + (1-m)*batch)."""
+
+
+class SyncBatchNorm(_BatchNorm):
+    """BatchNorm whose batch statistics cover the batches of every rank of the process group
+    (MegEngine's `SyncBatchNorm`): the same as `BatchNorm2d` on the whole batch, with running
+    statistics identical on every rank. Over (N, C), (N, C, L) or (N, C, H, W).
+
+    A batch sharded over a mesh (`dist.shard_batch`) needs nothing more: its statistics are over
+    the global batch already, as for any BatchNorm.
+    """
+
+    _ndims = (2, 3, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        world = dist.get_world_size()
+        if world == 1 or not (self.training or not self.track_running_stats):
+            return super().forward(x)
+        if x.ndim not in self._ndims:
+            raise ValueError(f"SyncBatchNorm expects a 2-, 3- or 4-d input, got shape {x.shape}")
+        axes = (0, *range(2, x.ndim))
+        count = (x.size // x.shape[1]) * world
+        channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        mean = dist.functional.all_reduce_sum(x.sum(axis=axes)) / count
+        centered = x - mean.reshape(channel)
+        var = dist.functional.all_reduce_sum((centered * centered).sum(axis=axes)) / count
+        y = centered * F.rsqrt(var + self.eps).reshape(channel)
+        if self.weight is not None:
+            y = y * self.weight.reshape(channel) + self.bias.reshape(channel)
+        if self.track_running_stats:
+            new_mean, new_var = apply(OPS["running_stats_update"], self.running_mean,
+                                      self.running_var, mean, var * (count / max(count - 1, 1)),
+                                      momentum=float(self.momentum))
+            rebind(self.running_mean, read(new_mean))
+            rebind(self.running_var, read(new_var))
+        return y
 
 
 class LayerNorm(Module):

@@ -78,11 +78,12 @@ class Op:
         """
         fn = self._bwd.get((key, mask))
         if fn is None:
-            fn = self._bwd[(key, mask)] = jax.jit(_make_vjp(self, dict(key), mask))
+            fn = self._bwd[(key, mask)] = jax.jit(make_vjp(self, dict(key), mask))
         return fn
 
 
-def _make_vjp(op: Op, attrs: dict, mask: tuple[int, ...]) -> Callable:
+def make_vjp(op: Op, attrs: dict, mask: tuple[int, ...]) -> Callable:
+    """`(primals, cotangents) -> gradients of the inputs at `mask``, from `jax.vjp` of `op`."""
     def bwd(primals: tuple, cts: tuple) -> tuple:
         def f(*diff):
             args = list(primals)
@@ -115,8 +116,9 @@ def _cut_gradients(fwd: Callable, differentiable: bool,
     return impl
 
 
-def defop(name: str, **options: Any) -> Callable[[Callable], Op]:
-    """Register the decorated pure jax function as op `name` and return its `Op`.
+def defop(name: str, *, cls: type[Op] = Op, **options: Any) -> Callable[[Callable], Op]:
+    """Register the decorated pure jax function as op `name` and return its `Op` (an instance
+    of `cls`: a subclass runs the same function differently, as collectives do).
 
     For example, `defop("twice")(lambda x: x * 2)` registers an op that
     `eager.apply(OPS["twice"], t)` runs on a Tensor `t`, with its gradient from `jax.vjp`.
@@ -125,7 +127,7 @@ def defop(name: str, **options: Any) -> Callable[[Callable], Op]:
     def register(fwd: Callable) -> Op:
         if name in OPS:
             raise ValueError(f"op {name!r} is registered twice")
-        op = OPS[name] = Op(name, fwd, **options)
+        op = OPS[name] = cls(name, fwd, **options)
         return op
 
     return register

@@ -1,0 +1,20 @@
+"""eager.distributed (`import eager.distributed as dist`): data-parallel training on jax's own
+machinery, in two styles that compose with `partial_trace` and `xla_trace`.
+
+Global arrays (one program for any number of devices and processes): `mesh`, `shard_batch`,
+`replicate`; ops then run SPMD and XLA inserts the gradient all-reduce.
+
+MegEngine's per-rank style (each process a rank holding local tensors): `launcher`,
+`init_process_group`, `get_rank`, `get_world_size`, `group_barrier`, the collectives in
+`dist.functional`, `make_allreduce_cb` and `bcast_list_`.
+"""
+
+from . import functional
+from .arrays import mesh, replicate, shard_batch
+from .group import get_rank, get_world_size, group_barrier, init_process_group, is_distributed
+from .helpers import bcast_list_, make_allreduce_cb
+from .launcher import Launcher, launcher
+
+__all__ = ["mesh", "shard_batch", "replicate", "init_process_group", "is_distributed", "get_rank",
+           "get_world_size", "group_barrier", "launcher", "Launcher", "functional",
+           "make_allreduce_cb", "bcast_list_"]

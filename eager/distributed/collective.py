@@ -1,0 +1,87 @@
+"""`Collective`: an op over the ranks of the process group, defined once as a pure jax function
+of one rank's block that reduces over the mesh axis `AXIS` (`lax.psum(x, AXIS)`).
+
+Eagerly, a call lifts each rank's local arrays into global arrays with one block per rank (no
+copy: each process contributes the buffer it holds), runs the function under `shard_map` on
+the group's mesh, jitted and cached, and takes back this rank's block. Its gradient is the
+same lift of `jax.vjp` of the same function, as for every op. Collectives go over jax's own
+transport (gloo on CPU, NCCL on GPU).
+"""
+
+from __future__ import annotations
+
+import functools as ft
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ..errors import DistributedError
+from ..ops.registry import Op, make_vjp
+from .group import AXIS, Group, group
+
+
+class Collective(Op):
+    """An `Op` whose forward and backward run across the ranks of the process group."""
+
+    __slots__ = ()
+
+    def jitted(self, key: tuple) -> Callable:
+        fn = self._fwd.get(key)
+        if fn is None:
+            fn = self._fwd[key] = _PerRank(self.name, ft.partial(self._impl, **dict(key)))
+        return fn
+
+    def vjp(self, key: tuple, mask: tuple[int, ...]) -> Callable:
+        fn = self._bwd.get((key, mask))
+        if fn is None:
+            fn = self._bwd[(key, mask)] = _PerRank(self.name, make_vjp(self, dict(key), mask))
+        return fn
+
+
+class _PerRank:
+    """`f` (over one rank's arrays, reducing over `AXIS`) called on this rank's local arrays."""
+
+    __slots__ = ("name", "f", "_cache")
+
+    def __init__(self, name: str, f: Callable):
+        self.name, self.f, self._cache = name, f, {}
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, tree = jax.tree.flatten(args)
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            raise DistributedError(
+                f"{self.name} was called inside a partial_trace / xla_trace region in the "
+                f"per-rank style; compiled per-rank collectives are not supported yet. Keep the "
+                f"collective in eager code (a GradManager callback such as "
+                f"dist.make_allreduce_cb runs eagerly on a partial_trace segment's gradients), "
+                f"or train in the global-array style (dist.shard_batch / dist.replicate), where "
+                f"XLA inserts the all-reduce")
+        g = group()
+        run = self._cache.get((g, tree))
+        if run is None:
+            run = self._cache[(g, tree)] = self._compile(g, tree)
+        out = run(*[_lift(x, g) for x in leaves])
+        return jax.tree.map(_unlift, out)
+
+    def _compile(self, g: Group, tree: Any) -> Callable:
+        def body(*blocks: Any) -> Any:
+            out = self.f(*jax.tree.unflatten(tree, [b[0] for b in blocks]))
+            return jax.tree.map(lambda r: r[None], out)
+
+        spec = PartitionSpec(AXIS)
+        return jax.jit(jax.shard_map(body, mesh=g.mesh, in_specs=spec, out_specs=spec,
+                                     check_vma=False))
+
+
+def _lift(x: Any, g: Group) -> jax.Array:
+    """This rank's array as its block of a global array with a leading axis of `world_size`."""
+    block = jax.device_put(x[None], g.mesh.devices[g.rank])
+    sharding = NamedSharding(g.mesh, PartitionSpec(AXIS))
+    return jax.make_array_from_single_device_arrays((g.world_size, *x.shape), sharding, [block])
+
+
+def _unlift(out: jax.Array) -> jax.Array:
+    """This rank's block of a global result, without the leading rank axis."""
+    return out.addressable_data(0)[0]

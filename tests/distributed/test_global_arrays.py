@@ -1,0 +1,60 @@
+"""The global-array style on 4 virtual CPU devices, in a fresh process (`global_check`): every
+model, optimizer and mode against one device on the whole batch; state stays replicated."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import eager as eg
+import eager.distributed as dist
+from eager.errors import DistributedError
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = [f"{k}-{o}-{m}" for k in ("mlp", "cnn") for o in ("sgd", "adam")
+         for m in ("eager", "partial_trace", "xla_trace")]
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    done = subprocess.run([sys.executable, "-m", "tests.distributed.global_check"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_training_on_four_devices_equals_one_device(results, case):
+    res = results[case]
+    assert results["devices"] == 4
+    assert res["error"] <= 1e-5, res
+    assert res["state replicated"], "parameters, buffers or optimizer state left the mesh"
+    assert res["loss on the mesh"]
+
+
+def test_sync_batch_norm_on_a_sharded_batch_equals_batch_norm(results):
+    assert results["sync_bn"] <= 1e-5
+
+
+def test_a_batch_that_does_not_split_over_the_devices_is_refused(results):
+    assert "6 entries, which do not split evenly over the 4 devices" in results["uneven batch"]
+
+
+def test_one_device_mesh_in_this_process():
+    # The suite's own process has one device: the same calls work, and bad batches are refused.
+    m = dist.mesh()
+    x = dist.shard_batch(np.ones((4, 2), np.float32), m)
+    assert x.shape == (4, 2) and x.sharding.mesh.axis_names == ("data",)
+    t = dist.replicate(eg.tensor([1.0, 2.0]), m)
+    assert t.sharding.is_fully_replicated
+    with pytest.raises(DistributedError, match="axis 3 is out of range"):
+        dist.shard_batch(np.ones((4, 2), np.float32), m, axis=3)
+    with pytest.raises(TypeError, match="replicate places"):
+        dist.replicate(3.0)

@@ -1,0 +1,86 @@
+"""Functions the per-rank tests run in 2 processes through `dist.launcher` (spawned workers
+import them by name, so they live at the top of a module). Each returns plain values that the
+test compares in the parent."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+import eager as eg
+import eager.distributed as dist
+from eager.autodiff import GradManager
+
+from . import training
+
+
+def rank_data(r: int, shape: tuple) -> np.ndarray:
+    return (np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape) + 10.0 * r) / 7.0
+
+
+@dist.launcher(n_gpus=2)
+def collectives() -> dict:
+    """Each collective's value and its gradient for the loss sum(w * out) with rank-dependent
+    inputs and weights (the gradient then says which rank's cotangent reached which input)."""
+    r = dist.get_rank()
+    out = {"rank": r, "world": dist.get_world_size(), "distributed": dist.is_distributed()}
+    fns = {"all_reduce_sum": dist.functional.all_reduce_sum,
+           "all_reduce_max": dist.functional.all_reduce_max,
+           "all_reduce_min": dist.functional.all_reduce_min,
+           "all_gather": dist.functional.all_gather,
+           "broadcast": lambda t: dist.functional.broadcast(t, src=1),
+           "reduce_scatter_sum": dist.functional.reduce_scatter_sum}
+    for name, fn in fns.items():
+        flip = name in ("all_reduce_max", "all_reduce_min") and r == 1  # ranks interleave
+        x = eg.tensor(rank_data(r, (4, 3)) * (-1 if flip else 1))
+        gm = GradManager().attach([x])
+        with gm:
+            y = fn(x)
+            w = eg.tensor(np.full(y.shape, r + 1.0, np.float32))
+            gm.backward((y * w).sum())
+        out[name] = (y.numpy().tolist(), x.grad.numpy().tolist())
+    return out
+
+
+@dist.launcher(n_gpus=2)
+def train(kind: str, optimizer: str, mode: str) -> dict:
+    """Rank r trains on its half of each batch with SyncBatchNorm and an averaging all-reduce
+    callback; returns its final state and the single-process reference on the whole batch."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    net = training.build(kind, sync_bn=True)
+    step, _ = training.make_step(net, optimizer, mode,
+                                 callbacks=[dist.make_allreduce_cb("mean")])
+    half = training.BATCH // world
+    for x, y in training.batches(kind):
+        step(eg.tensor(x[r * half:(r + 1) * half]), eg.tensor(y[r * half:(r + 1) * half]))
+    return {"state": training.state(net), "reference": training.reference(kind, optimizer)}
+
+
+@dist.launcher(n_gpus=2)
+def broadcast_and_save(path: str) -> list:
+    """Parameters differ per rank until `bcast_list_`; rank 0 alone saves a checkpoint."""
+    net = training.build("mlp")
+    for p in net.parameters():
+        eg.rebind(p, eg.read(p) + dist.get_rank())
+    dist.bcast_list_(net.parameters())
+    if dist.get_rank() == 0:
+        eg.save(net.state_dict(), path)
+    dist.group_barrier()
+    return [p.numpy() for p in net.parameters()]
+
+
+@dist.launcher(n_gpus=2)
+def fails(how: str) -> int:
+    """Rank 1 raises or dies; rank 0 waits in a collective for it (and would hang alone)."""
+    if dist.get_rank() == 1:
+        if how == "raise":
+            raise ValueError("rank 1 gave up on purpose")
+        os._exit(3)
+    dist.functional.all_reduce_sum(eg.tensor([1.0])).numpy()
+    return os.getpid()
+
+
+@dist.launcher(n_gpus=2)
+def pid() -> int:
+    return os.getpid()
