@@ -66,9 +66,10 @@ class Tensor:
 
     @property
     def sharding(self) -> Any:
-        """How the array is laid out over devices (a `jax.sharding.Sharding`; None inside a
-        capture, where the compiled program decides)."""
-        return None if isinstance(self._data, jax.core.Tracer) else self._data.sharding
+        """How the array is laid out over devices (a `jax.sharding.Sharding`; None while the
+        value is being captured or computed lazily: the compiled program decides)."""
+        data = self._data
+        return None if isinstance(data, jax.core.Tracer) else getattr(data, "sharding", None)
 
     @property
     def device(self) -> str:

@@ -679,6 +679,10 @@ COVERED = (
        "binary_cross_entropy", "mse_loss", "l1_loss", "random_key", "random_split",
        "random_normal", "random_uniform", "random_permutation", "sgd_update",
        "sgd_plain_update", "adam_update"}
+    # Collectives: values and gradients against numpy on 2 processes in
+    # tests/distributed/test_per_rank.py.
+    | {f"dist.{n}" for n in ("all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_gather",
+                             "broadcast", "reduce_scatter_sum")}
 )
 
 
