@@ -38,8 +38,12 @@ class Breaks:
 
     def call(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
         """Call `fn` lazily; return what it returns, every tensor holding its value."""
+        call = flatten_call(args, kwargs)
         if not self.differentiable and hooks.is_recording():
-            refuse_outer_gradients(flatten_call(args, kwargs).tensors)
+            refuse_outer_gradients(call.tensors)
+        # Python floats become the 0-d Tensors the first call's capture saw, so the region's
+        # Python and the pieces' keys (placement included) are those of that call.
+        args, kwargs = call.arguments(args, kwargs)
         run = LazyRun(self)
         try:
             with hooks.capturing(run):

@@ -195,8 +195,14 @@ def format_path(path: tuple, names: list[str] | None = None) -> str:
 
 
 # ----- explaining a recompilation --------------------------------------------------------------
+def _placed_spec(spec: Any) -> bool:
+    """Whether `spec` is a tensor's (abstract value, placement), as keyed with several devices."""
+    return isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0],
+                                                                     jax.core.ShapedArray)
+
+
 def _leaf_text(spec: Any) -> str:
-    if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], jax.core.ShapedArray):
+    if _placed_spec(spec):
         device = ", ".join(str(d) for d in spec[1].device_set)
         return f"{_leaf_text(spec[0])} on {device}"
     if isinstance(spec, jax.core.ShapedArray):
@@ -226,6 +232,8 @@ def describe_change(fn: Callable, old: tuple, new: tuple, args: tuple, kwargs: d
     paths = [p for p, _ in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]]
     for path, a, b in zip(paths, old_spec, new_spec):
         if a != b:
+            if _placed_spec(a) and _placed_spec(b) and a[1] == b[1]:
+                a, b = a[0], b[0]  # the same placement: name only what changed
             return f"argument {format_path(path, names)} changed from {_leaf_text(a)} to " \
                    f"{_leaf_text(b)}"
     return "the arguments are unchanged"

@@ -10,17 +10,17 @@ import sys
 
 import jax
 
-jax.config.update("jax_num_cpu_devices", 4)
+import eager as eg
+import eager.distributed as dist
+import eager.module as M
 
-import eager as eg  # noqa: E402  (after the device count is set)
-import eager.distributed as dist  # noqa: E402
-import eager.module as M  # noqa: E402
+from . import training
 
-from . import training  # noqa: E402
+DEVICES = 4
 
 
 def replicated(t: eg.Tensor) -> bool:
-    return len(t.sharding.device_set) == 4 and t.sharding.is_fully_replicated
+    return len(t.sharding.device_set) == DEVICES and t.sharding.is_fully_replicated
 
 
 def run(kind: str, optimizer: str, mode: str) -> dict:
@@ -36,7 +36,7 @@ def run(kind: str, optimizer: str, mode: str) -> dict:
         "state replicated": all(replicated(t) for t in list(net.parameters()) + [
             t for slots in opt.state.values() for t in slots.values()] + [
             b for b in net.buffers() if b is not None]),
-        "loss on the mesh": len(loss.sharding.device_set) == 4,
+        "loss on the mesh": len(loss.sharding.device_set) == DEVICES,
     }
 
 
@@ -58,6 +58,9 @@ def uneven_batch() -> str:
 
 
 def main() -> None:
+    # Set here, not at import: pytest's doctest collection imports this module in its own
+    # workers, where a module-level setting gave that whole worker 4 devices (CI went red).
+    jax.config.update("jax_num_cpu_devices", DEVICES)
     out = {f"{k}-{o}-{m}": run(k, o, m) for k in ("mlp", "cnn") for o in ("sgd", "adam")
            for m in ("eager", "partial_trace", "xla_trace")}
     out["sync_bn"] = sync_bn()

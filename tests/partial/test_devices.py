@@ -31,6 +31,17 @@ gm = GradManager().attach([p])
 with gm:
     gm.backward(g(eg.tensor([1.0, 2.0, 3.0], device="cpu1")))
 assert p.grad.device == "cpu1" and p.grad.numpy().tolist() == [1.0, 2.0, 3.0]
+
+# A Python float argument of a region with breaks is an input with its placement on every
+# call, as in the first call's capture: a new value does not compile anew.
+@partial_trace(graph_breaks=True)
+def h(x, k):
+    y = x * k
+    return y if y.sum() > 0 else -y
+assert h(a, 2.0).numpy().tolist() == [2.0, 4.0, 6.0]
+assert h(a, 3.0).numpy().tolist() == [3.0, 6.0, 9.0]
+info = h.cache_info()
+assert (info.captures, info.hits) == (1, 1), info
 print("ok")
 """
 
