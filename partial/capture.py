@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import eager as eg
+import eager.distributed as dist
 import eager.module as M
 
 from .errors import ModuleRebindError, UnsupportedInRegionError
@@ -372,7 +373,9 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
         return cap.finish(out)
 
     try:
-        closed = jax.make_jaxpr(region)(*call.arrays)
+        # The ranks' axis is bound, so per-rank collectives in the region trace as collectives.
+        closed = jax.make_jaxpr(region, axis_env=[(dist.RANK_AXIS, dist.get_world_size())])(
+            *call.arrays)
         program = build_program(cap, closed, call, capture_as_const)
         failed = False
     finally:

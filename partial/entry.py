@@ -75,12 +75,15 @@ class Entry:
         # Donated: the buffers of lifted tensors the program rebinds (parameters, optimizer
         # state, statistics, the RNG key), which it then updates in place.
         position = {id(ref()): program.n_args + i for i, ref in enumerate(self.refs)}
+        # (Not per rank: its executables run on global views of the ranks' own buffers.)
+        donate = donate and program.per_rank is None
         self.donated = tuple(sorted(
             position[id(dest())] for dest, _ in self.ref_writes
             if donate and dest() is not None and id(dest()) in position))
         self.copies = 0  # donated buffers that were shared and had to be copied first
         self.segment = Segment(program.function(), program.in_avals, name=name,
-                               options=CompileOptions(donate=self.donated))
+                               options=CompileOptions(donate=self.donated,
+                                                      per_rank=program.per_rank))
         self.function = SegmentFunction(self.segment, program.deps, name)
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef

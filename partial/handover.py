@@ -42,7 +42,7 @@ import eager as eg
 
 from .key import tensor_spec
 from .lazy import _NO_INPUT, _START, INPUT, VALUE, LazyRun, Pending, Stretch
-from .messages import updated_leaf_in_partial_trace
+from .messages import collective_with_breaks, updated_leaf_in_partial_trace
 from .replay import Backward, GradWrite, Recording, hand_over_past_backward, ops_of
 
 hooks = eg.hooks
@@ -362,6 +362,9 @@ def hand_over(cap: Any, start_breaks: Any) -> Any:
     """The lazy hooks that run the rest of the call captured by `cap`, holding what it traced
     so far; or why it cannot be handed over (a string). `start_breaks()` switches the region
     to running with breaks and returns its `Breaks`."""
+    collective = next((e[0] for e in cap.log if type(e) is tuple and e[0].per_rank), None)
+    if collective is not None:
+        raise collective_with_breaks(cap.kind, collective)
     if cap.unresumable:
         return f"{cap.unresumable} ran before it"
     marks = [i for i, e in enumerate(cap.log) if isinstance(e, Backward)]

@@ -35,7 +35,12 @@ from xla_segments import Segment, abstract
 
 from .errors import ValueReadError
 from .key import tensor_spec
-from .messages import backward_in_partial_trace, function_in_region, value_read_error
+from .messages import (
+    backward_in_partial_trace,
+    collective_with_breaks,
+    function_in_region,
+    value_read_error,
+)
 from .rollback import Snapshots, invalidate_unfinished
 from .source import describe_location, user_location
 
@@ -133,6 +138,8 @@ class LazyRun(hooks.CaptureHooks):
 
     # ----- recording ---------------------------------------------------------------------
     def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
+        if op.per_rank:
+            raise collective_with_breaks(self.breaks.kind, op)
         recording = op.differentiable and _is_recording()
         if recording and any(_leaf_of_pending(x) for x in inputs):
             # Its gradient goes to the leaf, but a piece is differentiated only with respect

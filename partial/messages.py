@@ -35,6 +35,18 @@ def updated_leaf_in_partial_trace(t: Any) -> UnsupportedInRegionError:
         "`with exclude_from_trace():` (the region breaks there and goes on with the new value).")
 
 
+def collective_with_breaks(kind: str, op: Any) -> UnsupportedInRegionError:
+    """A per-rank collective (`dist.functional`, `SyncBatchNorm`, `make_allreduce_cb`) in a
+    region that breaks: each stretch between breaks would have to be compiled per rank."""
+    return UnsupportedInRegionError(
+        f"{describe_location(user_location())}: the per-rank collective {op.name} runs in a "
+        f"{kind} region that has graph breaks; compiled collectives need a region without "
+        "breaks. Move the exclude_from_trace() block or value read (the break) out of the "
+        "region, move the collective out of it (it runs eagerly there), or train in the "
+        "global-array style (dist.shard_batch / dist.replicate), where XLA inserts the "
+        "all-reduce.")
+
+
 def backward_in_partial_trace() -> UnsupportedInRegionError:
     """`GradManager.backward` inside a `partial_trace` region."""
     return UnsupportedInRegionError(

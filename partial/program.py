@@ -12,8 +12,9 @@ from typing import Any
 import jax
 
 import eager as eg
+import eager.distributed as dist
 import eager.module as M
-from xla_segments import abstract
+from xla_segments import PerRank, abstract
 
 from .guards import ArgumentStateGuard
 from .key import Call
@@ -43,6 +44,7 @@ class Program:
     managers: list  # weak references to the GradManagers whose backward the region runs
     arg_guard: ArgumentStateGuard  # which Tensor arguments are state the region reads
     settle: list = field(default_factory=list)  # (weakref, result): capture-time result objects
+    per_rank: PerRank | None = None  # set when it calls per-rank collectives: compiled SPMD
     seconds: float = 0.0
     epoch: int = 0  # eager.hooks.epoch() before the capture ran
 
@@ -98,7 +100,24 @@ def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool) -> 
                        for owner, read_first, had_grad in cap.grad_slots.values() if read_first],
         managers=[weakref.ref(gm) for gm in cap.managers.values()],
         arg_guard=ArgumentStateGuard(state, call.tensors), settle=cap.settle,
+        per_rank=(PerRank(dist.rank_mesh(), dist.RANK_AXIS)
+                  if uses_axis(closed.jaxpr, dist.RANK_AXIS) else None),
     )
+
+
+def uses_axis(jaxpr: Any, axis: str) -> bool:
+    """Whether `jaxpr` (or one nested in it: a cond branch, a scan body, a checkpoint)
+    communicates over the named `axis` (psum, all_gather, axis_index, ...)."""
+    for eqn in jaxpr.eqns:
+        for name, value in eqn.params.items():
+            if name in ("axes", "axis_name") and (
+                    value == axis or isinstance(value, tuple) and axis in value):
+                return True
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr
+                if hasattr(inner, "eqns") and uses_axis(inner, axis):
+                    return True
+    return False
 
 
 def _guarded_modules(cap: Any, call: Call) -> list:

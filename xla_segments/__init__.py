@@ -9,6 +9,7 @@ rematerialization) is one hashable `CompileOptions` value.
 """
 
 from .options import CompileOptions
+from .per_rank import PerRank
 from .segment import Executable, Segment, abstract
 
-__all__ = ["Segment", "Executable", "CompileOptions", "abstract"]
+__all__ = ["Segment", "Executable", "CompileOptions", "PerRank", "abstract"]

@@ -15,6 +15,8 @@ from typing import Any
 
 import jax
 
+from .per_rank import PerRank
+
 #: The kinds of executables a `Segment` builds, as named in `executable_options`.
 EXECUTABLE_KINDS = ("forward", "forward_vjp", "backward")
 
@@ -45,6 +47,10 @@ class CompileOptions:
             inputs (`jax.checkpoint`, nothing saveable: the backward recomputes the forward);
             "dots": also the outputs of matmuls and convolutions
             (`jax.checkpoint_policies.dots_saveable`), everything else is recomputed.
+        per_rank: a `PerRank` (mesh of one device per rank, axis name) for a function written
+            for one rank's arrays that calls collectives over that axis (MegEngine's per-rank
+            style): it is compiled SPMD under `shard_map`, and its executables take and return
+            this rank's local arrays. Not combined with donation.
 
     Options compare and hash by value; `with_` returns a changed copy, validated again.
 
@@ -64,6 +70,7 @@ class CompileOptions:
     compiler_options: tuple[tuple[str, Any], ...] = ()
     executable_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     remat: bool | str = False
+    per_rank: PerRank | None = None
 
     def __post_init__(self) -> None:
         normalized = {
@@ -74,6 +81,7 @@ class CompileOptions:
             "compiler_options": _xla_options("compiler_options", self.compiler_options),
             "executable_options": _executable_options(self.executable_options),
             "remat": _remat(self.remat),
+            "per_rank": _per_rank(self.per_rank),
         }
         for name, value in normalized.items():
             _check_hashable(name, value)
@@ -175,6 +183,12 @@ def _remat(remat: Any) -> bool | str:
         raise ValueError(f"CompileOptions.remat: unknown value {remat!r}; "
                          f"accepted: {REMAT_VALUES}")
     raise TypeError(f"CompileOptions.remat must be a bool or 'dots', got {remat!r}")
+
+
+def _per_rank(per_rank: Any) -> PerRank | None:
+    if per_rank is None or isinstance(per_rank, PerRank):
+        return per_rank
+    raise TypeError(f"CompileOptions.per_rank must be None or a PerRank, got {per_rank!r}")
 
 
 def _check_hashable(name: str, value: Any) -> None:

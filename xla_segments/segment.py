@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 
+from . import per_rank
 from .options import CompileOptions
 
 
@@ -93,6 +94,13 @@ class Segment:
     def __post_init__(self) -> None:
         self._avals = tuple(abstract(a) for a in self.in_avals)
         _check_options(self.options, len(self._avals), self.name)
+        self._fn = self.fn
+        pr = self.options.per_rank
+        if pr is not None:  # compiled over global arrays, called with local ones
+            self._scalar_in = [len(a.shape) == 0 for a in self._avals]
+            self._scalar_out: list[bool] = []
+            self._fn = pr.spmd(self.fn, self._avals, self._scalar_out)
+            self._avals = tuple(pr.global_aval(a) for a in self._avals)
 
     @property
     def compile_seconds(self) -> float:
@@ -112,7 +120,7 @@ class Segment:
     def forward(self) -> Executable:
         """The inference forward: `(*inputs) -> tuple of outputs`; no residuals are kept."""
         if self._forward is None:
-            fn = self.fn
+            fn = self._fn
 
             def forward(*inputs: Any) -> tuple:
                 return tuple(fn(*inputs))
@@ -124,7 +132,8 @@ class Segment:
                 jit_args["in_shardings"] = opts.in_shardings
             if opts.out_shardings is not None:
                 jit_args["out_shardings"] = opts.out_shardings
-            self._forward = _compile("forward", forward, self._avals, opts, jit_args)
+            self._forward = self._local(_compile("forward", forward, self._avals, opts,
+                                                 jit_args))
         return self._forward
 
     def vjp(self, wrt: tuple[int, ...],
@@ -140,7 +149,7 @@ class Segment:
         key = (tuple(wrt), tuple(diff_outputs))
         pair = self._vjps.get(key)
         if pair is None:
-            fwd = _vjp_forward(_rematerialized(self.fn, self.options), *key)
+            fwd = _vjp_forward(_rematerialized(self._fn, self.options), *key)
             fwd.__name__ = f"{self.name}_forward_vjp"
             fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
             # Shapes from the lowering, placements from the executable (where outputs land).
@@ -156,8 +165,16 @@ class Segment:
 
             backward.__name__ = f"{self.name}_backward"
             bwd_exe = _compile("backward", backward, (res, cts), self.options)
-            pair = self._vjps[key] = (fwd_exe, bwd_exe)
+            pair = self._vjps[key] = (self._local(fwd_exe), self._local(bwd_exe, *key))
         return pair
+
+    def _local(self, exe: Executable, wrt: tuple = (), diff_outputs: tuple = ()) -> Executable:
+        """`exe` as called on this rank's local arrays, for a per-rank segment."""
+        pr = self.options.per_rank
+        if pr is not None:
+            exe.compiled = per_rank.wrap(exe.kind, exe.compiled, pr, self._scalar_in,
+                                         self._scalar_out, wrt, diff_outputs)
+        return exe
 
     def residual_bytes(self, wrt: tuple[int, ...], diff_outputs: tuple[int, ...]) -> int:
         """Bytes of the residuals the training forward for this gradient signature returns (what
@@ -187,6 +204,9 @@ def _check_options(options: Any, n_inputs: int, name: str) -> None:
     if bad:
         raise ValueError(f"Segment {name!r}: CompileOptions.donate has input indices {bad} "
                          f"but the segment has {n_inputs} inputs")
+    if options.per_rank is not None and options.donate:
+        raise ValueError(f"Segment {name!r}: a per-rank segment does not donate (its inputs "
+                         f"are views of the ranks' own buffers); pass donate=()")
     if options.in_shardings is not None and len(options.in_shardings) != n_inputs:
         raise ValueError(f"Segment {name!r}: CompileOptions.in_shardings has "
                          f"{len(options.in_shardings)} entries for {n_inputs} inputs")

@@ -6,15 +6,25 @@ Global arrays (one program for any number of devices and processes): `mesh`, `sh
 
 MegEngine's per-rank style (each process a rank holding local tensors): `launcher`,
 `init_process_group`, `get_rank`, `get_world_size`, `group_barrier`, the collectives in
-`dist.functional`, `make_allreduce_cb` and `bcast_list_`.
+`dist.functional`, `make_allreduce_cb` and `bcast_list_`; inside a compiled region the
+collectives are compiled too (the region runs under `shard_map` over `rank_mesh()`, whose axis
+is `RANK_AXIS`).
 """
 
 from . import functional
 from .arrays import mesh, replicate, shard_batch
-from .group import get_rank, get_world_size, group_barrier, init_process_group, is_distributed
+from .group import (
+    RANK_AXIS,
+    get_rank,
+    get_world_size,
+    group_barrier,
+    init_process_group,
+    is_distributed,
+    rank_mesh,
+)
 from .helpers import bcast_list_, make_allreduce_cb
 from .launcher import Launcher, launcher
 
 __all__ = ["mesh", "shard_batch", "replicate", "init_process_group", "is_distributed", "get_rank",
            "get_world_size", "group_barrier", "launcher", "Launcher", "functional",
-           "make_allreduce_cb", "bcast_list_"]
+           "make_allreduce_cb", "bcast_list_", "rank_mesh", "RANK_AXIS"]

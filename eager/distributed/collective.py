@@ -3,7 +3,9 @@ of one rank's block that reduces over the mesh axis `AXIS` (`lax.psum(x, AXIS)`)
 
 Eagerly, a call lifts each rank's local arrays into global arrays with one block per rank (no
 copy: each process contributes the buffer it holds), runs the function under `shard_map` on
-the group's mesh, jitted and cached, and takes back this rank's block. Its gradient is the
+the group's mesh, jitted and cached, and takes back this rank's block. Inside a `partial_trace` /
+`xla_trace` region the function is traced as it is: the capture binds the axis, and the region
+is compiled under `shard_map` over the ranks' mesh (`xla_segments.PerRank`). Its gradient is the
 same lift of `jax.vjp` of the same function, as for every op. Collectives go over jax's own
 transport (gloo on CPU, NCCL on GPU).
 """
@@ -26,6 +28,7 @@ class Collective(Op):
     """An `Op` whose forward and backward run across the ranks of the process group."""
 
     __slots__ = ()
+    per_rank = True
 
     def jitted(self, key: tuple) -> Callable:
         fn = self._fwd.get(key)
@@ -51,19 +54,27 @@ class _PerRank:
     def __call__(self, *args: Any) -> Any:
         leaves, tree = jax.tree.flatten(args)
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            raise DistributedError(
-                f"{self.name} was called inside a partial_trace / xla_trace region in the "
-                f"per-rank style; compiled per-rank collectives are not supported yet. Keep the "
-                f"collective in eager code (a GradManager callback such as "
-                f"dist.make_allreduce_cb runs eagerly on a partial_trace segment's gradients), "
-                f"or train in the global-array style (dist.shard_batch / dist.replicate), where "
-                f"XLA inserts the all-reduce")
+            return self._traced(args)
         g = group()
         run = self._cache.get((g, tree))
         if run is None:
             run = self._cache[(g, tree)] = self._compile(g, tree)
         out = run(*[_lift(x, g) for x in leaves])
         return jax.tree.map(_unlift, out)
+
+    def _traced(self, args: tuple) -> Any:
+        """Inside a region: the collective itself, over the rank axis that the capture binds
+        (the region is then compiled under `shard_map` over the ranks' mesh)."""
+        try:
+            return self.f(*args)
+        except NameError as e:  # jax: "unbound axis name"
+            raise DistributedError(
+                f"{self.name} was traced where the ranks' axis {AXIS!r} is not bound: in a "
+                f"region with graph breaks (an exclude_from_trace() block, graph_breaks=True), "
+                f"or under a jax transformation of your own. Compiled per-rank collectives need "
+                f"a region without breaks: move the break or the collective out of the region, "
+                f"or train in the global-array style (dist.shard_batch / dist.replicate), where "
+                f"XLA inserts the all-reduce ({e})") from None
 
     def _compile(self, g: Group, tree: Any) -> Callable:
         def body(*blocks: Any) -> Any:

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 from ..errors import DistributedError
 
-AXIS = "rank"  # the mesh axis of the process group; collectives reduce over it
+AXIS = RANK_AXIS = "rank"  # the mesh axis of the process group; collectives reduce over it
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,12 @@ def group() -> Group:
     if _single is None:
         _single = Group(0, 1, _mesh_of_ranks(1))
     return _single
+
+
+def rank_mesh() -> Mesh:
+    """The mesh of one device per rank, in rank order, on the axis `RANK_AXIS` ("rank") that
+    the per-rank collectives reduce over (one device when no group was initialised)."""
+    return group().mesh
 
 
 def is_distributed() -> bool:

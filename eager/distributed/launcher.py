@@ -134,6 +134,7 @@ def _check_alive(procs: dict[int, Any], values: dict, dead_since: dict[int, floa
 
 def _stop(procs: Any) -> None:
     """Terminate whatever is still running, then kill what ignores that."""
+    procs = [p for p in procs if p.pid is not None]  # not those a failed start left unstarted
     for p in procs:
         if p.is_alive():
             p.terminate()

@@ -54,6 +54,8 @@ class Op:
         self._bwd: dict[tuple, Callable] = {}
         self.donate = donate
 
+    per_rank = False  # a collective over the ranks of the process group (eager.distributed)
+
     def __repr__(self) -> str:
         return f"Op({self.name})"
 

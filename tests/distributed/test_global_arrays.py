@@ -1,5 +1,6 @@
-"""The global-array style on 4 virtual CPU devices, in a fresh process (`global_check`): every
-model, optimizer and mode against one device on the whole batch; state stays replicated."""
+"""The global-array style on 4 virtual CPU devices, in a fresh process (`global_check`), and on
+2 processes of one device each (`workers.train_global`): every model, optimizer and mode against
+one device on the whole batch; state stays replicated."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 import eager as eg
 import eager.distributed as dist
 from eager.errors import DistributedError
+
+from . import training, workers
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = [f"{k}-{o}-{m}" for k in ("mlp", "cnn") for o in ("sgd", "adam")
@@ -58,3 +61,21 @@ def test_one_device_mesh_in_this_process():
         dist.shard_batch(np.ones((4, 2), np.float32), m, axis=3)
     with pytest.raises(TypeError, match="replicate places"):
         dist.replicate(3.0)
+
+
+@pytest.fixture(scope="module")
+def across_processes() -> list:
+    """Every case of the global-array style in one launch of 2 processes (one device each)."""
+    return workers.train_global(workers.TRAINING_CASES)
+
+
+@pytest.mark.parametrize("kind, optimizer, mode", workers.TRAINING_CASES)
+def test_training_across_two_processes_equals_one_process(across_processes, kind, optimizer,
+                                                         mode):
+    case = f"{kind}-{optimizer}-{mode}"
+    want = across_processes[0]["references"][f"{kind}-{optimizer}"]
+    for r, res in enumerate(across_processes):
+        got = res["states"][case]
+        assert training.max_error(got, want) <= 1e-5, f"rank {r}"
+    for k, v in across_processes[0]["states"][case].items():
+        np.testing.assert_array_equal(v, across_processes[1]["states"][case][k], err_msg=k)

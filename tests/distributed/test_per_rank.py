@@ -23,8 +23,9 @@ def _data(r: int) -> np.ndarray:
     return workers.rank_data(r, (4, 3))
 
 
-def test_collectives_match_numpy_in_value_and_gradient():
-    results = workers.collectives()
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "partial_trace"])
+def test_collectives_match_numpy_in_value_and_gradient(compiled):
+    results = workers.collectives(compiled)
     assert [res["rank"] for res in results] == [0, 1]
     assert all(res["world"] == WORLD and res["distributed"] for res in results)
     sign = {"all_reduce_max": [1, -1], "all_reduce_min": [1, -1]}
@@ -58,19 +59,22 @@ def _expected(name: str, xs: list, w: list) -> tuple[list, list]:
     return [full[:2], full[2:]], [np.concatenate([w[0] * ones[0][:2], w[1] * ones[0][2:]])] * 2
 
 
-@pytest.mark.parametrize("kind, optimizer, mode", [
-    ("mlp", "sgd", "eager"), ("mlp", "adam", "eager"), ("cnn", "sgd", "eager"),
-    ("cnn", "adam", "eager"), ("mlp", "sgd", "partial_trace"), ("mlp", "adam", "partial_trace"),
-])
-def test_training_equals_one_process_on_the_whole_batch(kind, optimizer, mode):
-    results = workers.train(kind, optimizer, mode)
-    want = results[0]["reference"]
-    for r, res in enumerate(results):
-        for k, v in res["state"].items():
+@pytest.fixture(scope="module")
+def trained() -> list:
+    """Every training case in one launch (starting 2 processes costs seconds)."""
+    return workers.train(workers.TRAINING_CASES)
+
+
+@pytest.mark.parametrize("kind, optimizer, mode", workers.TRAINING_CASES)
+def test_training_equals_one_process_on_the_whole_batch(trained, kind, optimizer, mode):
+    case = f"{kind}-{optimizer}-{mode}"
+    want = trained[0]["references"][f"{kind}-{optimizer}"]
+    for r, res in enumerate(trained):
+        for k, v in res["states"][case].items():
             np.testing.assert_allclose(v, want[k], rtol=1e-5, atol=1e-6, err_msg=f"rank {r} {k}")
     # SyncBatchNorm's running statistics (and everything else) are identical on both ranks.
-    for k, v in results[0]["state"].items():
-        np.testing.assert_array_equal(v, results[1]["state"][k], err_msg=k)
+    for k, v in trained[0]["states"][case].items():
+        np.testing.assert_array_equal(v, trained[1]["states"][case][k], err_msg=k)
 
 
 def test_bcast_list_and_a_checkpoint_saved_by_rank_0(tmp_path):

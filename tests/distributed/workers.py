@@ -11,6 +11,7 @@ import numpy as np
 import eager as eg
 import eager.distributed as dist
 from eager.autodiff import GradManager
+from partial import partial_trace
 
 from . import training
 
@@ -20,9 +21,10 @@ def rank_data(r: int, shape: tuple) -> np.ndarray:
 
 
 @dist.launcher(n_gpus=2)
-def collectives() -> dict:
+def collectives(compiled: bool = False) -> dict:
     """Each collective's value and its gradient for the loss sum(w * out) with rank-dependent
-    inputs and weights (the gradient then says which rank's cotangent reached which input)."""
+    inputs and weights (the gradient then says which rank's cotangent reached which input),
+    eagerly or, with `compiled`, inside a partial_trace region."""
     r = dist.get_rank()
     out = {"rank": r, "world": dist.get_world_size(), "distributed": dist.is_distributed()}
     fns = {"all_reduce_sum": dist.functional.all_reduce_sum,
@@ -31,6 +33,8 @@ def collectives() -> dict:
            "all_gather": dist.functional.all_gather,
            "broadcast": lambda t: dist.functional.broadcast(t, src=1),
            "reduce_scatter_sum": dist.functional.reduce_scatter_sum}
+    if compiled:  # each collective inside a partial_trace region, compiled per rank
+        fns = {name: partial_trace(fn) for name, fn in fns.items()}
     for name, fn in fns.items():
         flip = name in ("all_reduce_max", "all_reduce_min") and r == 1  # ranks interleave
         x = eg.tensor(rank_data(r, (4, 3)) * (-1 if flip else 1))
@@ -43,18 +47,30 @@ def collectives() -> dict:
     return out
 
 
+TRAINING_CASES = [(k, o, m) for k in ("mlp", "cnn") for o in ("sgd", "adam")
+                  for m in ("eager", "partial_trace", "xla_trace")]
+
+
 @dist.launcher(n_gpus=2)
-def train(kind: str, optimizer: str, mode: str) -> dict:
-    """Rank r trains on its half of each batch with SyncBatchNorm and an averaging all-reduce
-    callback; returns its final state and the single-process reference on the whole batch."""
+def train(cases: list) -> dict:
+    """For each (model, optimizer, mode) case, rank r trains on its half of each batch with
+    SyncBatchNorm and an averaging all-reduce callback (under partial_trace SyncBatchNorm's
+    collectives are compiled into the segment, under xla_trace the callback's all-reduce too);
+    returns its final states and the single-process references on the whole batch."""
     r, world = dist.get_rank(), dist.get_world_size()
-    net = training.build(kind, sync_bn=True)
-    step, _ = training.make_step(net, optimizer, mode,
-                                 callbacks=[dist.make_allreduce_cb("mean")])
     half = training.BATCH // world
-    for x, y in training.batches(kind):
-        step(eg.tensor(x[r * half:(r + 1) * half]), eg.tensor(y[r * half:(r + 1) * half]))
-    return {"state": training.state(net), "reference": training.reference(kind, optimizer)}
+    states, references = {}, {}
+    for kind, optimizer, mode in cases:
+        net = training.build(kind, sync_bn=True)
+        step, _ = training.make_step(net, optimizer, mode,
+                                     callbacks=[dist.make_allreduce_cb("mean")])
+        for x, y in training.batches(kind):
+            step(eg.tensor(x[r * half:(r + 1) * half]), eg.tensor(y[r * half:(r + 1) * half]))
+        states[f"{kind}-{optimizer}-{mode}"] = training.state(net)
+        if (kind, optimizer) not in references:
+            references[(kind, optimizer)] = training.reference(kind, optimizer)
+    return {"states": states,
+            "references": {f"{k}-{o}": v for (k, o), v in references.items()}}
 
 
 @dist.launcher(n_gpus=2)
@@ -84,3 +100,26 @@ def fails(how: str) -> int:
 @dist.launcher(n_gpus=2)
 def pid() -> int:
     return os.getpid()
+
+
+@dist.launcher(n_gpus=2)
+def train_global(cases: list) -> dict:
+    """The global-array style across 2 processes: each passes its half of every batch to
+    `dist.shard_batch` (which makes the global batch), the model and optimizer are replicated
+    over the mesh of both processes' devices; returns the final states and references."""
+    r, world = dist.get_rank(), dist.get_world_size()
+    half = training.BATCH // world
+    states, references = {}, {}
+    for kind, optimizer, mode in cases:
+        net = training.build(kind)
+        step, opt = training.make_step(net, optimizer, mode)
+        dist.replicate(net)
+        dist.replicate(opt)
+        for x, y in training.batches(kind):
+            step(dist.shard_batch(x[r * half:(r + 1) * half]),
+                 dist.shard_batch(y[r * half:(r + 1) * half]))
+        states[f"{kind}-{optimizer}-{mode}"] = training.state(net)
+        if (kind, optimizer) not in references:
+            references[(kind, optimizer)] = training.reference(kind, optimizer)
+    return {"states": states,
+            "references": {f"{k}-{o}": v for (k, o), v in references.items()}}

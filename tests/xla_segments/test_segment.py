@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from xla_segments import CompileOptions, Segment
+from xla_segments import CompileOptions, PerRank, Segment
 
 
 def _fn(x, w, idx):
@@ -263,3 +264,49 @@ def test_remat_does_not_change_the_inference_forward():
     plain = Segment(_mlp, args).forward()
     remat = Segment(_mlp, args, options=CompileOptions(remat=True)).forward()
     assert remat.as_text() == plain.as_text()
+
+
+# ----- per-rank segments -------------------------------------------------------------------
+def _per_rank() -> PerRank:
+    return PerRank(Mesh(np.array(jax.devices()[:1]), ("rank",)), "rank")
+
+
+def _collective_fn(x, s):
+    y = lax.psum(x * s, "rank")
+    return y, (y * y).sum(), lax.axis_index("rank")
+
+
+def _local_reference(x, s):
+    """What `_collective_fn` computes on one rank alone (the axis has size 1)."""
+    y = x * s
+    return y, (y * y).sum(), jnp.int32(0)
+
+
+def test_a_per_rank_segment_takes_and_returns_local_arrays_scalars_included():
+    x, s = jnp.arange(6.0).reshape(2, 3), jnp.float32(1.5)
+    seg = Segment(_collective_fn, [x, s], options=CompileOptions(per_rank=_per_rank()))
+    got = seg.forward()(x, s)
+    for g, w in zip(got, _local_reference(x, s)):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_a_per_rank_segment_differentiates_like_the_local_function():
+    x, s = jnp.arange(6.0).reshape(2, 3), jnp.float32(1.5)
+    seg = Segment(_collective_fn, [x, s], options=CompileOptions(per_rank=_per_rank()))
+    fwd, bwd = seg.vjp(wrt=(0, 1), diff_outputs=(0, 1))
+    outs, res = fwd(x, s)
+    cts = (jnp.ones((2, 3)), jnp.float32(2.0))
+    got = bwd(res, cts)
+    _, pullback = jax.vjp(lambda a, b: _local_reference(a, b)[:2], x, s)
+    for g, w in zip(got, pullback(cts)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_a_per_rank_segment_refuses_donation_and_bad_options():
+    with pytest.raises(ValueError, match="per-rank segment does not donate"):
+        Segment(_collective_fn, [jnp.ones(2), jnp.float32(1)],
+                options=CompileOptions(per_rank=_per_rank(), donate=(0,)))
+    with pytest.raises(TypeError, match="per_rank must be None or a PerRank"):
+        CompileOptions(per_rank="rank")
