@@ -1,40 +1,12 @@
-"""Non-differentiable ops that produce new state: random draws and optimizer updates.
+"""Optimizer updates: non-differentiable ops that write new parameters and optimizer state.
 
 Hyper-parameters (lr, momentum, betas, eps, weight decay) are inputs, not attributes, so a schedule
 changes them without recompiling; structural choices (nesterov, decoupled decay) are attributes.
 """
 
-import jax
 import jax.numpy as jnp
 
 from .registry import defop
-
-
-@defop("random_key", differentiable=False)
-def random_key(seed):
-    return jax.random.key_data(jax.random.key(seed))
-
-
-@defop("random_split", differentiable=False, multi_output=True)
-def random_split(key):
-    """Advance the framework key: returns (next key, a key to draw with)."""
-    nxt, sub = jax.random.split(jax.random.wrap_key_data(key))
-    return jax.random.key_data(nxt), jax.random.key_data(sub)
-
-
-@defop("random_normal", differentiable=False)
-def random_normal(key, mean, std, *, shape, dtype):
-    return mean + std * jax.random.normal(jax.random.wrap_key_data(key), shape, dtype)
-
-
-@defop("random_uniform", differentiable=False)
-def random_uniform(key, low, high, *, shape, dtype):
-    return jax.random.uniform(jax.random.wrap_key_data(key), shape, dtype, low, high)
-
-
-@defop("random_permutation", differentiable=False)
-def random_permutation(key, *, n, dtype):
-    return jax.random.permutation(jax.random.wrap_key_data(key), n).astype(dtype)
 
 
 def _sgd(param, grad, buf, lr, momentum, weight_decay, *, nesterov):
