@@ -31,6 +31,8 @@ from .errors import (
     DeviceError,
     DistributedError,
     EagerError,
+    OpArgumentError,
+    OpTypeError,
     WorkerError,
 )
 from .ops import OPS, Op, defop
@@ -42,6 +44,6 @@ __all__ = [
     "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
     "set_default_device", "distributed", "random", "functional", "module", "optimizer",
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
-    "Op", "defop", "EagerError", "BackwardError", "CheckpointError", "DeviceError",
-    "DistributedError", "WorkerError",
+    "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "BackwardError",
+    "CheckpointError", "DeviceError", "DistributedError", "WorkerError",
 ]

@@ -26,3 +26,14 @@ class DistributedError(EagerError, RuntimeError):
 class WorkerError(DistributedError):
     """A worker process started by `dist.launcher` raised or died; the message carries its rank
     and its traceback."""
+
+
+class OpArgumentError(EagerError, ValueError):
+    """An op was given arguments it cannot take: shapes that do not combine, a wrong dtype, a
+    missing tensor, a bad attribute. The message names the op, the argument, what it got and
+    what it needs."""
+
+
+class OpTypeError(OpArgumentError, TypeError):
+    """An op argument of the wrong kind (None or a string where a tensor is needed, an integer
+    tensor where a float one is): also a `TypeError`, as Python's own type errors are."""
