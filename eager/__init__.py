@@ -26,6 +26,7 @@ from .creation import (
 )
 from .device import get_default_device, set_default_device
 from .errors import (
+    AttachError,
     BackwardError,
     CheckpointError,
     DeviceError,
@@ -44,6 +45,6 @@ __all__ = [
     "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
     "set_default_device", "distributed", "random", "functional", "module", "optimizer",
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
-    "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "BackwardError",
+    "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "AttachError", "BackwardError",
     "CheckpointError", "DeviceError", "DistributedError", "WorkerError",
 ]

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import context, hooks, tape
-from .errors import BackwardError
+from .errors import AttachError, BackwardError
 from .tensor import Tensor, _wrap, read
 
 Callback = Callable[[Tensor, Tensor], Tensor]
@@ -35,6 +36,22 @@ def no_grad() -> Iterator[None]:
         yield
     finally:
         tape.change(paused=-1)
+
+
+def _check_attachable(t: Any) -> None:
+    if not isinstance(t, Tensor):
+        raise AttachError(
+            f"GradManager.attach takes Tensors, got {type(t).__name__}: {t!r:.60}")
+    if t.dtype.kind not in "fc":
+        raise AttachError(
+            f"GradManager.attach got a {t.dtype} tensor of shape {t.shape}: only floating "
+            "(or complex) tensors have gradients; cast it first (t.astype('float32')) or "
+            "leave it unattached")
+
+
+def _wants_grad(t: Tensor) -> bool:
+    """False for a tensor frozen with `t.requires_grad = False` (or `requires_grad_(False)`)."""
+    return getattr(t, "_requires_grad", True)
 
 
 def _as_list(x: Any) -> list:
@@ -53,42 +70,75 @@ class GradManager:
     """
 
     def __init__(self) -> None:
-        self._attached: dict[int, tuple[Tensor, list[Callback]]] = {}
+        # id -> (weak reference, callbacks), in attach order. Weak, as in MegEngine: attaching
+        # a model's parameters does not keep a model that is dropped alive. The reference's
+        # callback removes the entry when the tensor dies, so the id is never taken for another.
+        self._attached: dict[int, tuple[weakref.ref, list[Callback]]] = {}
+        self._tracking: list[weakref.ref] = []  # the tensors record() marked, for release()
         self._recording = False
-        self.version = 0  # moves on every attach: compiled steps that run backward re-check
+        self._freed_by_backward = False
+        self.version = 0  # moves on every attach (and death): compiled steps re-check
         if (h := context.current()) is not None:
             h.manager_created(self)
 
     def attach(self, tensors: Tensor | Iterable[Tensor],
                callbacks: Callback | Sequence[Callback] | None = None) -> GradManager:
         """Track `tensors` (a Tensor or a list); `callbacks(tensor, grad) -> grad` run in order
-        on each gradient before it is accumulated. Returns self."""
+        on each gradient before it is accumulated. Returns self. Tensors are held weakly."""
+        ts = [tensors] if isinstance(tensors, Tensor) else _as_list(tensors)
+        for t in ts:
+            _check_attachable(t)
         self.version += 1
-        for t in _as_list(tensors) if not isinstance(tensors, Tensor) else [tensors]:
-            if not isinstance(t, Tensor):
-                raise TypeError(
-                    f"GradManager.attach takes Tensors, got {type(t).__name__}: {t!r:.60}")
+        for t in ts:
             entry = self._attached.get(id(t))
-            if entry is None:
-                self._attached[id(t)] = (t, list(_as_list(callbacks)))
-                if self._recording:
+            if entry is None or entry[0]() is not t:
+                self._attached[id(t)] = (weakref.ref(t, self._forget_callback()),
+                                         list(_as_list(callbacks)))
+                if self._recording and _wants_grad(t):
                     t._tracked += 1
+                    self._tracking.append(weakref.ref(t))
             else:
                 entry[1].extend(_as_list(callbacks))
         return self
 
+    def _forget_callback(self) -> Callable[[weakref.ref], None]:
+        me = weakref.ref(self)  # the entry must not keep its manager alive either
+
+        def forget(ref: weakref.ref) -> None:
+            gm = me()
+            if gm is None:
+                return
+            for key, entry in list(gm._attached.items()):
+                if entry[0] is ref:
+                    del gm._attached[key]
+                    gm.version += 1
+
+        return forget
+
+    def _entries(self) -> list[tuple[Tensor, list[Callback]]]:
+        """The live attached tensors with their callbacks, in attach order (a snapshot: a
+        tensor that dies meanwhile cannot change the list being walked)."""
+        out = []
+        for ref, callbacks in list(self._attached.values()):
+            t = ref()
+            if t is not None:
+                out.append((t, callbacks))
+        return out
+
     def attached_tensors(self) -> list[Tensor]:
-        """The attached tensors, in attach order."""
-        return [t for t, _ in self._attached.values()]
+        """The attached tensors that are still alive, in attach order."""
+        return [t for t, _ in self._entries()]
 
     def record(self) -> None:
         """Start recording operations on attached tensors."""
         if self._recording:
             raise BackwardError("GradManager.record() called while it is already recording")
         self._recording = True
+        self._freed_by_backward = False
         tape.change(recording=1)
-        for t, _ in self._attached.values():
-            t._tracked += 1
+        self._tracking = [weakref.ref(t) for t, _ in self._entries() if _wants_grad(t)]
+        for ref in self._tracking:
+            ref()._tracked += 1
         if (h := context.current()) is not None:
             h.recording(self, True)
 
@@ -98,8 +148,10 @@ class GradManager:
             return
         self._recording = False
         tape.change(recording=-1)
-        for t, _ in self._attached.values():
-            t._tracked -= 1
+        for ref in self._tracking:
+            if (t := ref()) is not None:
+                t._tracked -= 1
+        self._tracking = []
         if (h := context.current()) is not None:
             h.recording(self, False)
 
@@ -117,6 +169,13 @@ class GradManager:
         `dy` may be omitted only when each `y` has exactly one element (it is then 1).
         """
         if not self._recording:
+            if self._freed_by_backward:
+                raise BackwardError(
+                    "GradManager.backward() was already called in this recording: it freed the "
+                    "recorded graph and stopped recording. To backward several losses, add them "
+                    "and call backward once (or pass them all: backward([y1, y2], [dy1, dy2])); "
+                    "to backward again, record anew and run the forward again"
+                )
             raise BackwardError(
                 "GradManager.backward() needs a recording manager: call it inside `with gm:` "
                 "or between gm.record() and gm.release()"
@@ -133,6 +192,7 @@ class GradManager:
             self._accumulate(leaves)
         finally:
             self.release()
+            self._freed_by_backward = True
 
     @staticmethod
     def _cotangent(y: Tensor, dy: Any) -> Any:
@@ -155,8 +215,8 @@ class GradManager:
             self._accumulate_all(leaves)
 
     def _accumulate_all(self, leaves: dict[int, list]) -> None:
-        for key, (t, callbacks) in self._attached.items():
-            found = leaves.get(key)
+        for t, callbacks in self._entries():
+            found = leaves.get(id(t))
             if found is None or found[0] is not t:
                 continue
             grad = _wrap(found[1])

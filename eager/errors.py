@@ -37,3 +37,8 @@ class OpArgumentError(EagerError, ValueError):
 class OpTypeError(OpArgumentError, TypeError):
     """An op argument of the wrong kind (None or a string where a tensor is needed, an integer
     tensor where a float one is): also a `TypeError`, as Python's own type errors are."""
+
+
+class AttachError(EagerError, TypeError):
+    """`GradManager.attach` got something that cannot have a gradient: not a Tensor, or an
+    integer or boolean tensor."""

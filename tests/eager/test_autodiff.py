@@ -1,6 +1,9 @@
 """Autodiff semantics: GradManager attach/record/release, accumulation, fan-out, callbacks,
 custom Functions, errors, and finite-difference checks of composite functions in float64."""
 
+import gc
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -343,3 +346,54 @@ def test_multi_head_attention_by_finite_differences(x64, rng):
         return (mha(x, is_causal=True)[0] ** 2).sum()
 
     fd_check(loss, [_r(rng, 2, 3, 6), mha.in_proj_weight.numpy()])
+
+
+# ----- what the manager holds (issue 14) ----------------------------------------------------
+def test_attached_tensors_are_held_weakly_so_a_dropped_model_is_freed():
+    net = M.Sequential(M.Linear(3, 4), M.Linear(4, 2))
+    gm = GradManager().attach(net.parameters())
+    kept = eg.Parameter([1.0])
+    gm.attach([kept])
+    version = gm.version
+    refs = [weakref.ref(p) for p in net.parameters()]
+    del net
+    gc.collect()
+    assert all(r() is None for r in refs)
+    live = gm.attached_tensors()
+    assert len(live) == 1 and live[0] is kept
+    assert gm.version > version  # a compiled step that runs this manager's backward re-checks
+    with gm:
+        gm.backward((kept * 3).sum())
+    assert kept.grad.numpy().tolist() == [3.0]
+
+
+def test_a_tensor_dying_while_recording_leaves_the_manager_usable():
+    a, b = eg.Parameter([1.0, 2.0]), eg.Parameter([3.0])
+    gm = GradManager().attach([a, b])
+    with gm:
+        del b
+        gc.collect()
+        gm.backward((a * a).sum())
+    assert a.grad.numpy().tolist() == [2.0, 4.0]
+    assert a._tracked == 0
+
+
+@pytest.mark.parametrize("value", [[1, 2], [True, False]])
+def test_attaching_an_integer_or_bool_tensor_is_an_error(value):
+    t = eg.tensor(value)
+    with pytest.raises(eg.AttachError, match=f"{t.dtype}.*only floating"):
+        GradManager().attach([t])
+    with pytest.raises(TypeError, match="takes Tensors, got list"):
+        GradManager().attach([[1.0]])
+
+
+def test_a_second_backward_in_one_recording_says_the_graph_was_freed():
+    w = eg.Parameter([1.0, 2.0])
+    gm = GradManager().attach([w])
+    with gm:
+        loss = (w * w).sum()
+        gm.backward(loss)
+        with pytest.raises(eg.BackwardError, match="already called in this recording: it freed"):
+            gm.backward(loss)
+    with pytest.raises(eg.BackwardError, match="needs a recording manager"):
+        GradManager().attach([w]).backward(loss)
