@@ -15,7 +15,7 @@ call is captured up to the first break and finished lazily (`handover.py`).
 """
 
 from .cache import CacheInfo
-from .decorators import exclude_from_trace, partial_trace, xla_trace
+from .decorators import exclude_from_trace, partial_trace, trace, xla_trace
 from .errors import (
     InvalidTensorError,
     ModuleRebindError,
@@ -30,7 +30,7 @@ from .function import TracedFunction
 from .module import TracedModule
 
 __all__ = [
-    "partial_trace", "xla_trace", "exclude_from_trace", "TraceError", "ValueReadError",
+    "partial_trace", "xla_trace", "trace", "exclude_from_trace", "TraceError", "ValueReadError",
     "UnsupportedArgumentError", "UnsupportedOutputError", "ModuleRebindError",
     "UnsupportedInRegionError", "InvalidTensorError", "NotDifferentiableError",
     "TracedFunction", "TracedModule", "CacheInfo",

@@ -21,13 +21,18 @@ _OPTIONS = {"recompile_limit": 8, "cache_size": 64}
 
 
 def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const: bool,
-          options: dict[str, Any], donate: bool = False, graph_breaks: bool = False) -> Any:
+          options: dict[str, Any], donate: bool = False, graph_breaks: bool = False,
+          without_host: bool = False) -> Any:
     unknown = set(options) - set(_OPTIONS)
     if unknown:
         raise TypeError(f"{kind}() got unknown option(s) {sorted(unknown)}; "
                         f"options are {sorted(_OPTIONS)}")
+    if graph_breaks and without_host:
+        raise ValueError(f"{kind}(graph_breaks=True, without_host=True): a region without host "
+                         "code cannot break; choose one")
     settings = Settings(kind, differentiable, capture_as_const, donate=donate,
-                        graph_breaks=graph_breaks, **{**_OPTIONS, **options})
+                        graph_breaks=graph_breaks, without_host=without_host,
+                        **{**_OPTIONS, **options})
 
     def decorate(f: Callable) -> Any:
         if not callable(f):
@@ -38,8 +43,9 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
     return decorate if fn is None else decorate(fn)
 
 
-def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
-                  capture_as_const: bool = False, graph_breaks: bool = False,
+def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
+                  backend: str = "xla", capture_as_const: bool = False,
+                  graph_breaks: bool = False, without_host: bool = False,
                   **options: Any) -> Any:
     """Compile a region of eager code into one XLA forward (and backward) segment.
 
@@ -72,6 +78,9 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
             Optimizer arguments, and that the region does not rebind, into the program as
             constants instead of reading them at every call.
         graph_breaks: split the region at value reads instead of raising `ValueReadError`.
+        without_host: promise that no Python runs on a call once the region is compiled (as
+            MegEngine's option): a graph break is then an `UnsupportedInRegionError` instead
+            of a split. `func=` is MegEngine's spelling of `fn`.
         recompile_limit: captures after which a warning explains each new capture (default 8).
         cache_size: compiled entries kept, least recently used dropped first (default 64).
 
@@ -85,14 +94,16 @@ def partial_trace(fn: Callable | None = None, *, backend: str = "xla",
     >>> backbone.cache_info().captures
     1
     """
-    if backend != "xla":
+    if backend not in ("xla", "default"):
         raise ValueError(f"partial_trace: unknown backend {backend!r}; the backend is 'xla'")
-    return _make(fn, "partial_trace", True, capture_as_const, options,
-                 graph_breaks=bool(graph_breaks))
+    return _make(_one_function("partial_trace", fn, func), "partial_trace", True,
+                 capture_as_const, options, graph_breaks=bool(graph_breaks),
+                 without_host=bool(without_host))
 
 
 def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
-              donate: bool = True, graph_breaks: bool = False, **options: Any) -> Any:
+              donate: bool = True, graph_breaks: bool = False, without_host: bool = False,
+              **options: Any) -> Any:
     """Compile a whole training step (forward, `gm.backward`, `opt.step()`) into one XLA
     executable that updates the model and optimizer in place.
 
@@ -114,7 +125,8 @@ def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
     A step with an `exclude_from_trace()` block (or, with `graph_breaks=True`, a value read)
     runs as `partial_trace` regions with breaks do: its Python re-runs on every call and the
     stretches between breaks run as compiled segments, `gm.backward` running eagerly over
-    their tape nodes. Nothing is donated then.
+    their tape nodes. Nothing is donated then. With `without_host=True` (MegEngine's option) a
+    break is an `UnsupportedInRegionError` instead: the step is one executable or nothing.
 
     >>> import eager as eg, eager.module as M, eager.optimizer as optim
     >>> from eager.autodiff import GradManager
@@ -133,7 +145,33 @@ def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
     True
     """
     return _make(fn, "xla_trace", False, capture_as_const, options, donate=bool(donate),
-                 graph_breaks=bool(graph_breaks))
+                 graph_breaks=bool(graph_breaks), without_host=bool(without_host))
+
+
+def trace(function: Callable | None = None, *, symbolic: bool = True,
+          capture_as_const: bool = False, without_host: bool = False, **options: Any) -> Any:
+    """MegEngine's classic `trace` (`megengine.jit.trace`), as `xla_trace`: the decorated
+    step (forward, `gm.backward`, `opt.step()`) compiles into one executable.
+
+    `symbolic` is accepted for MegEngine code; both values compile the whole function (this
+    project has no imperative tracing mode). Options are `xla_trace`'s.
+
+    >>> import eager as eg
+    >>> @trace(symbolic=True)
+    ... def double(x):
+    ...     return x * 2
+    >>> double(eg.ones(2)).numpy().tolist()
+    [2.0, 2.0]
+    """
+    del symbolic  # both modes compile; accepted so MegEngine code runs unchanged
+    return xla_trace(function, capture_as_const=capture_as_const, without_host=without_host,
+                     **options)
+
+
+def _one_function(kind: str, fn: Callable | None, func: Callable | None) -> Callable | None:
+    if fn is not None and func is not None:
+        raise TypeError(f"{kind}() got the function twice (positionally and as func=)")
+    return fn if fn is not None else func
 
 
 @contextlib.contextmanager

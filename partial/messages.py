@@ -47,6 +47,14 @@ def collective_with_breaks(kind: str, op: Any) -> UnsupportedInRegionError:
         "all-reduce.")
 
 
+def break_without_host(kind: str, what: str, where: Any) -> UnsupportedInRegionError:
+    """A graph break in a region decorated with `without_host=True`."""
+    return UnsupportedInRegionError(
+        f"{describe_location(where)}: {what} would break this {kind} region, but it was "
+        "decorated with without_host=True (no Python runs per call). Move the block or value "
+        "read out of the region, or drop without_host=True to let the region split there.")
+
+
 def backward_in_partial_trace() -> UnsupportedInRegionError:
     """`GradManager.backward` inside a `partial_trace` region."""
     return UnsupportedInRegionError(

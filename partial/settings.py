@@ -17,3 +17,4 @@ class Settings:
     cache_size: int = 64
     donate: bool = False
     graph_breaks: bool = False
+    without_host: bool = False  # a graph break is an error: no Python runs per call

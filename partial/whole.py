@@ -21,7 +21,7 @@ from .capture import capture
 from .entry import MISS, Entry, refuse_outer_gradients
 from .handover import BreakFound, HandedOver, hand_over
 from .key import describe_change, flatten_call
-from .messages import warn_recompile
+from .messages import break_without_host, warn_recompile
 from .settings import Settings
 from .source import describe_location, short_path
 
@@ -91,6 +91,8 @@ class WholeRegion:
     def _hand_over(self, cap: Any, what: str, where: Any) -> Any:
         """At the first break of a capture: the lazy hooks that finish the call (the region
         runs with breaks from now on), or why the capture cannot be handed over."""
+        if self.settings.without_host:
+            raise break_without_host(self.settings.kind, what, where)
         first = f"first found: {what} at {describe_location(where)}"
         return hand_over(cap, lambda: self._switch_to_breaks(first))
 

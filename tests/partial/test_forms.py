@@ -142,3 +142,51 @@ def test_a_traced_function_called_inside_another_region_becomes_part_of_it():
     x = _x(3)
     np.testing.assert_allclose(outer(x).numpy(), (x * 2 + 1).numpy())
     assert inner.cache_info().captures == 0 and outer.cache_info().captures == 1
+
+
+# ----- MegEngine's spellings (issue 14) -------------------------------------------------------
+def test_megengine_spellings_func_backend_default_and_trace():
+    from partial import trace
+
+    net = M.Linear(3, 2)
+    x = _x(4, 3)
+    expected = F.relu(net(x)).numpy()
+    f = partial_trace(func=lambda x: F.relu(net(x)), backend="default", without_host=False)
+    np.testing.assert_allclose(f(x).numpy(), expected, rtol=1e-6)
+    g = partial_trace(func=None, without_host=True)(lambda x: F.relu(net(x)))
+    np.testing.assert_allclose(g(x).numpy(), expected, rtol=1e-6)
+    with pytest.raises(TypeError, match="twice"):
+        partial_trace(lambda x: x, func=lambda x: x)
+
+    @trace(symbolic=True, capture_as_const=False)
+    def step(x):
+        return F.relu(net(x))
+
+    np.testing.assert_allclose(step(x).numpy(), expected, rtol=1e-6)
+    assert step.cache_info().captures == 1
+
+
+@pytest.mark.parametrize("kind", ["partial_trace", "xla_trace"])
+def test_without_host_refuses_a_graph_break_and_changes_nothing(kind):
+    import partial
+    from partial import UnsupportedInRegionError, exclude_from_trace
+
+    bn = M.BatchNorm1d(3)
+    before = {k: v.copy() for k, v in bn.state_dict().items()}
+    rng = eg.random.get_state().numpy().copy()
+
+    def body(x):
+        y = F.dropout(bn(x), 0.5)
+        with exclude_from_trace():
+            print(y.shape)
+        return y
+
+    region = getattr(partial, kind)(without_host=True)(body)
+    with pytest.raises(UnsupportedInRegionError, match="without_host=True") as info:
+        region(_x(4, 3))
+    assert "test_forms.py" in str(info.value)
+    for k, v in bn.state_dict().items():
+        np.testing.assert_array_equal(v, before[k])
+    np.testing.assert_array_equal(eg.random.get_state().numpy(), rng)
+    with pytest.raises(ValueError, match="choose one"):
+        getattr(partial, kind)(without_host=True, graph_breaks=True)
