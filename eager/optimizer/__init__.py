@@ -1,8 +1,27 @@
-"""Optimizers, as `import eager.optimizer as optim`, and `optim.lr_scheduler`."""
+"""Optimizers, as `import eager.optimizer as optim`: the update rules, gradient clipping and
+the LR schedulers (also importable from `optim.lr_scheduler`, as in PyTorch)."""
 
 from . import lr_scheduler
+from .adadelta import Adadelta
+from .adagrad import Adagrad
 from .adam import Adam, AdamW
+from .clip import clip_grad_norm, clip_grad_norm_, clip_grad_value, clip_grad_value_
+from .lamb import LAMB
+from .lr_scheduler import (
+    CosineAnnealingLR,
+    ExponentialLR,
+    LambdaLR,
+    LinearLR,
+    LinearWarmup,
+    LRScheduler,
+    MultiStepLR,
+    OneCycleLR,
+    StepLR,
+)
 from .optimizer import Optimizer
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "LAMB",
+           "clip_grad_norm", "clip_grad_norm_", "clip_grad_value", "clip_grad_value_",
+           "lr_scheduler", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
+           "LambdaLR", "ExponentialLR", "LinearLR", "LinearWarmup", "OneCycleLR"]

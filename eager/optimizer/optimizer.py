@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import context
+from ..errors import OpArgumentError
 from ..tensor import Tensor, rebind
 
 
@@ -187,6 +188,12 @@ class Optimizer:
                     rebind(own_state[k], jnp.asarray(arr, own_state[k].dtype))
                 else:
                     own_state[k] = Tensor(arr)
+
+
+def require(ok: bool, owner: str, name: str, value: Any, need: str) -> None:
+    """Raise `OpArgumentError` naming hyper-parameter `name` of `owner` unless `ok`."""
+    if not ok:
+        raise OpArgumentError(f"{owner}: {name} must be {need}, got {value!r}")
 
 
 __all__ = ["Optimizer"]

@@ -1,0 +1,51 @@
+"""LAMB: Adam with a per-tensor trust ratio (MegEngine semantics)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..creation import zeros, zeros_like
+from ..ops import OPS
+from ..tensor import Tensor, apply
+from .optimizer import Optimizer, require
+
+
+class LAMB(Optimizer):
+    """Layer-wise adaptive moments (You et al., 2019), per tensor:
+    t += 1; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    r = (m / c1) / (sqrt(v / c2) + eps) + weight_decay * p, with c = 1 - b^t when
+    `bias_correction` (else 1); p -= lr * trust * r, trust = |p| / |r| (1 when a norm is zero,
+    or when weight_decay is 0 unless `always_adapt`).
+
+    The arguments are MegEngine's, in its order (`lr` defaults to 1e-3 here); the decay is
+    decoupled: it joins the direction after the Adam normalization, not the gradient.
+    """
+
+    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 bias_correction: bool = True, weight_decay: float = 0.0,
+                 always_adapt: bool = False):
+        for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
+            require(value >= 0, "LAMB", name, value, ">= 0")
+        require(len(betas) == 2 and all(0 <= b < 1 for b in betas), "LAMB", "betas", betas,
+                "two numbers in [0, 1)")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay,
+                                      bias_correction=bool(bias_correction),
+                                      always_adapt=bool(always_adapt)))
+
+    def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        return {"step": zeros((), "int32"), "exp_avg": zeros_like(param),
+                "exp_avg_sq": zeros_like(param)}
+
+    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        m, v, steps = ([self.state[p][k] for p in params]
+                       for k in ("exp_avg", "exp_avg_sq", "step"))
+        beta1, beta2 = self.hyper(group, "betas")
+        new = apply(OPS["lamb_update"], *params, *[p.grad for p in params], *m, *v, *steps,
+                    self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
+                    self.hyper(group, "weight_decay"), n=len(params),
+                    bias_correction=bool(group["bias_correction"]),
+                    always_adapt=bool(group["always_adapt"]))
+        self._set(params + m + v + steps, new)
