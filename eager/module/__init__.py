@@ -1,7 +1,8 @@
 """Modules, as `import eager.module as M`."""
 
 from . import init
-from .container import ModuleList, Sequential
+from .activation import ELU, Hardswish, LeakyReLU, PReLU, ReLU6, Softmax
+from .container import ModuleDict, ModuleList, Sequential
 from .layers import (
     BatchNorm1d,
     BatchNorm2d,
@@ -16,11 +17,13 @@ from .layers import (
     SyncBatchNorm,
 )
 from .module import Module
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .simple import (
     GELU,
     AdaptiveAvgPool2d,
     AvgPool2d,
     Dropout,
+    Dropout2d,
     Flatten,
     Identity,
     MaxPool2d,
@@ -28,11 +31,14 @@ from .simple import (
     Sigmoid,
     SiLU,
     Tanh,
+    Upsample,
 )
 
 __all__ = [
     "init", "Module", "Sequential", "ModuleList", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",
     "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "Embedding",
     "MultiHeadAttention", "Dropout", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Identity",
-    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten",
+    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "ModuleDict", "LeakyReLU", "PReLU",
+    "ELU", "Softmax", "ReLU6", "Hardswish", "Dropout2d", "Upsample", "RNNCell", "LSTMCell",
+    "GRUCell", "RNN", "LSTM", "GRU",
 ]

@@ -1,12 +1,12 @@
-"""Containers whose children are named by index: `Sequential` and `ModuleList`."""
+"""Containers: `Sequential` and `ModuleList` name their children by index, `ModuleDict` by key."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .module import Module
+from .module import Module, _expand
 
 
 class _Indexed(Module):
@@ -77,3 +77,75 @@ class Sequential(_Indexed):
         for m in self._list():
             x = m(x)
         return x
+
+
+class ModuleDict(Module):
+    """A dict of modules, registered so their parameters are found; state-dict names use the
+    keys (`heads.cls.weight`), as MegEngine and PyTorch do. Keeps insertion order.
+
+    >>> import eager.module as M
+    >>> d = M.ModuleDict({"a": M.Linear(2, 3)})
+    >>> d["b"] = M.Linear(3, 1)
+    >>> list(d.state_dict())
+    ['a.weight', 'a.bias', 'b.weight', 'b.bias']
+    """
+
+    def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None):
+        super().__init__()
+        self._entries: dict[str, Module] = {}
+        if modules is not None:
+            self.update(modules)
+
+    def _items(self) -> Iterator[tuple[str, Any]]:
+        for name, value in self.__dict__.items():
+            if name == "_entries":
+                yield from value.items()
+            else:
+                yield from _expand(name, value)
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        if not isinstance(key, str) or not key or "." in key:
+            raise KeyError(f"ModuleDict keys are non-empty strings without '.', got {key!r}")
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleDict holds Modules, got {type(module).__name__} for {key!r}")
+        # A new dict, set as an attribute, so captures and guards see the change.
+        self._entries = {**self._entries, key: module}
+
+    def __getitem__(self, key: str) -> Module:
+        return self._entries[key]
+
+    def __delitem__(self, key: str) -> None:
+        entries = dict(self._entries)
+        del entries[key]
+        self._entries = entries
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def keys(self) -> Iterable[str]:
+        return self._entries.keys()
+
+    def values(self) -> Iterable[Module]:
+        return self._entries.values()
+
+    def items(self) -> Iterable[tuple[str, Module]]:
+        return self._entries.items()
+
+    def update(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]]) -> None:
+        pairs = modules.items() if isinstance(modules, Mapping) else modules
+        for key, m in pairs:
+            self[key] = m
+
+    def pop(self, key: str) -> Module:
+        m = self._entries[key]
+        del self[key]
+        return m
+
+    def clear(self) -> None:
+        self._entries = {}

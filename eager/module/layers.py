@@ -6,11 +6,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from .. import distributed as dist
 from .. import functional as F
 from ..creation import ones, zeros
+from ..errors import OpArgumentError
 from ..ops import OPS
 from ..tensor import Parameter, Tensor, apply, read, rebind
 from . import init
@@ -107,6 +109,16 @@ class ConvTranspose2d(_ConvNd):
 
 
 class _BatchNorm(Module):
+    """Batch normalization over axis 1.
+
+    Statistics are kept and computed in float32; float16 and bfloat16 inputs are normalized in
+    float32 and come back in their own dtype. `track_running_stats` is read at each call, so
+    turning it off later means: batch statistics in training and in eval, and no update of the
+    running statistics (MegEngine; PyTorch would still use existing buffers in eval). The
+    running statistics and the affine parameters have shape (C,), and `state_dict()` gives them
+    so; MegEngine's (1, C, 1, 1) load as well (`Module.load_state_dict`).
+    """
+
     _ndims: tuple[int, ...] = (4,)
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
@@ -122,10 +134,24 @@ class _BatchNorm(Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in self._ndims:
             dims = " or ".join(map(str, self._ndims))
-            raise ValueError(f"{type(self).__name__} expects a {dims}-d input, got shape {x.shape}")
+            raise OpArgumentError(f"{type(self).__name__} expects a {dims}-d input, got shape "
+                                  f"{x.shape}")
+        dtype = np.dtype(x.dtype)
+        low = jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4
+        y = self._normalize(x.astype(np.float32) if low else x)
+        return y.astype(dtype) if low else y
+
+    def _tracking(self) -> bool:
+        """Whether this call uses and updates running statistics: the flag as it is now, and
+        buffers to hold them (a module built without them has none)."""
+        return bool(self.track_running_stats) and self.running_mean is not None \
+            and self.running_var is not None
+
+    def _normalize(self, x: Tensor) -> Tensor:
+        track = self._tracking()
         return F.batch_norm(
-            x, self.running_mean, self.running_var, self.weight, self.bias,
-            training=self.training or not self.track_running_stats,
+            x, self.running_mean if track else None, self.running_var if track else None,
+            self.weight, self.bias, training=self.training or not track,
             momentum=self.momentum, eps=self.eps,
         )
 
@@ -154,12 +180,10 @@ class SyncBatchNorm(_BatchNorm):
 
     _ndims = (2, 3, 4)
 
-    def forward(self, x: Tensor) -> Tensor:
-        world = dist.get_world_size()
-        if world == 1 or not (self.training or not self.track_running_stats):
-            return super().forward(x)
-        if x.ndim not in self._ndims:
-            raise ValueError(f"SyncBatchNorm expects a 2-, 3- or 4-d input, got shape {x.shape}")
+    def _normalize(self, x: Tensor) -> Tensor:
+        world, track = dist.get_world_size(), self._tracking()
+        if world == 1 or not (self.training or not track):
+            return super()._normalize(x)
         axes = (0, *range(2, x.ndim))
         count = (x.size // x.shape[1]) * world
         channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
@@ -169,7 +193,7 @@ class SyncBatchNorm(_BatchNorm):
         y = centered * F.rsqrt(var + self.eps).reshape(channel)
         if self.weight is not None:
             y = y * self.weight.reshape(channel) + self.bias.reshape(channel)
-        if self.track_running_stats:
+        if track and self.training:
             new_mean, new_var = apply(OPS["running_stats_update"], self.running_mean,
                                       self.running_var, mean, var * (count / max(count - 1, 1)),
                                       momentum=float(self.momentum))

@@ -9,7 +9,7 @@ or changing training mode, bumps `eager.hooks.epoch()`, which a capture's guards
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax.numpy as jnp
@@ -126,6 +126,38 @@ class Module:
         for p in self.parameters():
             p.grad = None
 
+    def apply(self, fn: Callable[[Module], Any]) -> Module:
+        """Call `fn` on every sub-module, children before parents, then on self; returns self.
+
+        Each module is visited once even when shared (re-initialising weights, for one).
+
+        >>> import eager.module as M
+        >>> seen = []
+        >>> net = M.Sequential(M.Linear(2, 2), M.ReLU())
+        >>> net.apply(lambda m: seen.append(type(m).__name__)) is net
+        True
+        >>> seen
+        ['Linear', 'ReLU', 'Sequential']
+        """
+        seen: set[int] = set()
+
+        def visit(m: Module) -> None:
+            seen.add(id(m))
+            for child in m.children():
+                if id(child) not in seen:
+                    visit(child)
+            fn(m)
+
+        visit(self)
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set `requires_grad` on every parameter (False freezes them: a GradManager gives them
+        no gradient); returns self."""
+        for p in self.parameters():
+            p.requires_grad = bool(requires_grad)
+        return self
+
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
         """Parameters and buffers as numpy arrays, keyed by dotted name (MegEngine style)."""
         items = list(self.named_parameters()) + list(self.named_buffers())
@@ -134,7 +166,11 @@ class Module:
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
         """Copy values from `state` (name -> array or Tensor) into the parameters and buffers.
 
-        Shapes must match. With `strict`, missing or unexpected names raise `KeyError`.
+        Shapes must match, with one exception: a 1-d tensor of C elements also accepts an array
+        of shape (1, C, 1, ..., 1), the layout in which MegEngine stores per-channel vectors
+        (BatchNorm statistics and affine parameters, convolution biases), so MegEngine state
+        dicts load. `state_dict()` keeps the 1-d shape. With `strict`, missing or unexpected
+        names raise `KeyError`.
         """
         own = dict(self.named_parameters()) | dict(self.named_buffers())
         with context.atomic():  # all loaded, or (Ctrl-C before it starts) none
@@ -152,6 +188,8 @@ class Module:
                 continue
             t = own[name]
             arr = np.asarray(value.numpy() if isinstance(value, Tensor) else value)
+            if _per_channel(arr.shape, t.shape):
+                arr = arr.reshape(t.shape)
             if arr.shape != t.shape:
                 raise ValueError(f"load_state_dict: {name!r} has shape {arr.shape} in the state "
                                  f"but {t.shape} in the module")
@@ -164,6 +202,12 @@ class Module:
 
     def _extra_repr(self) -> str:
         return ""
+
+
+def _per_channel(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    """Whether `got` is MegEngine's (1, C, 1, ..., 1) layout of a 1-d tensor of shape (C,)."""
+    return len(want) == 1 and len(got) >= 2 and got[1] == want[0] \
+        and all(d == 1 for i, d in enumerate(got) if i != 1)
 
 
 def _expand(name: str, value: Any) -> Iterator[tuple[str, Any]]:

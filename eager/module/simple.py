@@ -1,10 +1,12 @@
-"""Parameter-free layers: activations, pooling, dropout, flatten, identity."""
+"""Parameter-free layers: activations, pooling, dropout, flatten, identity, upsampling."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .. import functional as F
+from .. import random
+from ..errors import OpArgumentError
 from ..tensor import Tensor
 from .module import Module
 
@@ -41,6 +43,53 @@ class Dropout(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.drop_prob, training=self.training)
+
+
+class Dropout2d(Module):
+    """Channel dropout over NCHW input: in training each (sample, channel) plane is zeroed with
+    probability `drop_prob` and the kept ones scaled by 1/(1-drop_prob); the identity in eval.
+
+    Whole feature maps are dropped because neighbouring pixels are correlated, so dropping single
+    pixels regularizes convolutional features little.
+    """
+
+    def __init__(self, drop_prob: float = 0.0):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x: Tensor) -> Tensor:
+        p = float(self.drop_prob)
+        if not 0.0 <= p < 1.0:
+            raise OpArgumentError(f"Dropout2d: drop_prob must be in [0, 1), got {p}")
+        if x.ndim != 4:
+            raise OpArgumentError(f"Dropout2d: expects an NCHW (4-d) input, got shape {x.shape}")
+        if not self.training or p == 0.0:
+            return x
+        keep = random.uniform(size=(x.shape[0], x.shape[1], 1, 1)) >= p
+        return x * (keep.astype(x.dtype) * (1.0 / (1.0 - p)))
+
+    def _extra_repr(self) -> str:
+        return f"drop_prob={self.drop_prob}"
+
+
+class Upsample(Module):
+    """Resize NCHW input to `size` or by `scale_factor` (`F.interpolate`); "nearest" by default."""
+
+    def __init__(self, size: Any = None, scale_factor: Any = None, mode: str = "nearest",
+                 align_corners: bool | None = None):
+        super().__init__()
+        if (size is None) == (scale_factor is None):
+            raise OpArgumentError(f"Upsample: give exactly one of size and scale_factor, got "
+                                  f"size={size!r}, scale_factor={scale_factor!r}")
+        self.size, self.scale_factor = size, scale_factor
+        self.mode, self.align_corners = mode, align_corners
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+    def _extra_repr(self) -> str:
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"
 
 
 class MaxPool2d(Module):
