@@ -62,7 +62,7 @@ class SegmentFunction:
             if forward is None:
                 forward = self._forward = self.segment.forward().compiled
             return [wrap(o) for o in forward(*arrays)]
-        fwd, bwd, used, diff_outputs, reach = plan
+        fwd, bwd, used, diff_outputs, reach, higher = plan
         outs, residuals = fwd(*arrays)
         results = [wrap(o) for o in outs]
         avals = [(o.shape, o.dtype) for o in (outs[j] for j in diff_outputs)]
@@ -79,8 +79,9 @@ class SegmentFunction:
             reached = frozenset().union(*(reach[k] for k in got))
             return [g if i in reached else None for i, g in enumerate(grads)]
 
+        as_op = None if higher is None else (higher, (), used, tuple(arrays))
         _hooks.make_node(self.name, [tensors[i] for i in used],
-                         [results[j] for j in diff_outputs], backward, sparse=True)
+                         [results[j] for j in diff_outputs], backward, sparse=True, op=as_op)
         return results
 
     def _plan(self, wrt: tuple[int, ...]) -> tuple | None:
@@ -97,6 +98,22 @@ class SegmentFunction:
             # per differentiated output, the positions in `used` of the inputs it depends on
             reach = [frozenset(k for k, i in enumerate(used) if i in self.deps[j])
                      for j in diff_outputs]
-            plan = (fwd.compiled, bwd.compiled, used, diff_outputs, reach)
+            plan = (fwd.compiled, bwd.compiled, used, diff_outputs, reach,
+                    self._as_op(diff_outputs))
         self._plans[wrt] = plan
         return plan
+
+    def _as_op(self, diff_outputs: tuple[int, ...]) -> Any:
+        """The segment's differentiated outputs as an eager `Op` (not registered), so a
+        backward recorded by an outer GradManager differentiates the segment again (jax
+        differentiates its vjp: second-order gradients through compiled code). None for a
+        per-rank segment, whose function only runs under its mesh."""
+        if self.segment.options.per_rank is not None:
+            return None
+        fn = self.segment.fn
+
+        def outputs(*inputs: Any) -> tuple:
+            outs = fn(*inputs)
+            return tuple(outs[j] for j in diff_outputs)
+
+        return eager.Op(f"{self.name}.differentiated", outputs, multi_output=True)

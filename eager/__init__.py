@@ -18,6 +18,7 @@ from .creation import (
     from_dlpack,
     full,
     full_like,
+    linspace,
     ones,
     ones_like,
     tensor,
@@ -26,6 +27,7 @@ from .creation import (
 )
 from .device import get_default_device, set_default_device
 from .errors import (
+    AllocationError,
     AttachError,
     BackwardError,
     CheckpointError,
@@ -41,10 +43,11 @@ from .serialization import load, save
 from .tensor import Parameter, Tensor, apply, read, rebind
 
 __all__ = [
-    "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "eye",
-    "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
+    "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "linspace",
+    "eye", "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
     "set_default_device", "distributed", "random", "functional", "module", "optimizer",
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
-    "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "AttachError", "BackwardError",
-    "CheckpointError", "DeviceError", "DistributedError", "WorkerError",
+    "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "AllocationError",
+    "AttachError", "BackwardError", "CheckpointError", "DeviceError", "DistributedError",
+    "WorkerError",
 ]

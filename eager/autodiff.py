@@ -21,7 +21,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from . import context, hooks, tape
+from . import context, higher_order, hooks, tape
 from .errors import AttachError, BackwardError
 from .tensor import Tensor, _wrap, read
 
@@ -42,7 +42,7 @@ def _check_attachable(t: Any) -> None:
     if not isinstance(t, Tensor):
         raise AttachError(
             f"GradManager.attach takes Tensors, got {type(t).__name__}: {t!r:.60}")
-    if t.dtype.kind not in "fc":
+    if not jnp.issubdtype(t.dtype, jnp.inexact):
         raise AttachError(
             f"GradManager.attach got a {t.dtype} tensor of shape {t.shape}: only floating "
             "(or complex) tensors have gradients; cast it first (t.astype('float32')) or "
@@ -77,7 +77,7 @@ class GradManager:
         self._tracking: list[weakref.ref] = []  # the tensors record() marked, for release()
         self._recording = False
         self._freed_by_backward = False
-        self.version = 0  # moves on every attach (and death): compiled steps re-check
+        self._version = 0  # moves on every attach (and death)
         if (h := context.current()) is not None:
             h.manager_created(self)
 
@@ -88,7 +88,7 @@ class GradManager:
         ts = [tensors] if isinstance(tensors, Tensor) else _as_list(tensors)
         for t in ts:
             _check_attachable(t)
-        self.version += 1
+        self._version += 1
         for t in ts:
             entry = self._attached.get(id(t))
             if entry is None or entry[0]() is not t:
@@ -101,6 +101,13 @@ class GradManager:
                 entry[1].extend(_as_list(callbacks))
         return self
 
+    @property
+    def version(self) -> tuple[int, int]:
+        """Moves whenever what a backward of this manager differentiates may have changed: an
+        attach, an attached tensor's death, any tensor frozen or unfrozen (`requires_grad`).
+        Compiled steps that run this manager's backward compare it to re-check."""
+        return self._version, tape.flags_epoch()
+
     def _forget_callback(self) -> Callable[[weakref.ref], None]:
         me = weakref.ref(self)  # the entry must not keep its manager alive either
 
@@ -111,7 +118,7 @@ class GradManager:
             for key, entry in list(gm._attached.items()):
                 if entry[0] is ref:
                     del gm._attached[key]
-                    gm.version += 1
+                    gm._version += 1
 
         return forget
 
@@ -188,11 +195,20 @@ class GradManager:
             raise ValueError(f"backward got {len(ys)} outputs but {len(dys)} output gradients")
         try:
             cts = [self._cotangent(t, dys[i] if dys else None) for i, t in enumerate(ys)]
-            leaves = tape.backward(ys, cts)
+            if self._nested():
+                leaves = higher_order.backward(ys, [_wrap(c) for c in cts])
+            else:
+                leaves = tape.backward(ys, cts)
             self._accumulate(leaves)
         finally:
             self.release()
             self._freed_by_backward = True
+
+    def _nested(self) -> bool:
+        """Another manager records in this thread (MegEngine's nested GradManagers): this
+        backward is recorded too, so the outer one can differentiate the gradients."""
+        recording, paused = tape.state()
+        return recording > 1 and not paused
 
     @staticmethod
     def _cotangent(y: Tensor, dy: Any) -> Any:
@@ -219,7 +235,13 @@ class GradManager:
             found = leaves.get(id(t))
             if found is None or found[0] is not t:
                 continue
-            grad = _wrap(found[1])
+            grad = found[1]
+            if isinstance(grad, Tensor):  # a recorded backward: keep the history
+                for cb in callbacks:
+                    grad = cb(t, grad)
+                t.grad = grad if t.grad is None else t.grad + grad
+                continue
+            grad = _wrap(grad)
             if callbacks:
                 with no_grad():
                     for cb in callbacks:

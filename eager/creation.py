@@ -1,13 +1,16 @@
-"""Tensor creation: zeros, ones, full, arange, eye, the *_like forms, from_dlpack."""
+"""Tensor creation: zeros, ones, full, arange, linspace, eye, the *_like forms, from_dlpack."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .errors import OpTypeError
+from .op_errors import bad_argument, check_range, checked_shape
 from .tensor import Tensor, constant, to_array
 
 
@@ -25,14 +28,17 @@ def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tenso
     if dtype is None:
         dtype = np.asarray(value).dtype if isinstance(value, (np.ndarray, np.generic)) else (
             "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32")
+    shape = checked_shape(shape, dtype)
     return Tensor(constant(lambda: jnp.full(_shape(shape), value, np.dtype(dtype))), device=device)
 
 
 def zeros(shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
+    shape = checked_shape(shape, dtype)
     return Tensor(constant(lambda: jnp.zeros(_shape(shape), np.dtype(dtype))), device=device)
 
 
 def ones(shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
+    shape = checked_shape(shape, dtype)
     return Tensor(constant(lambda: jnp.ones(_shape(shape), np.dtype(dtype))), device=device)
 
 
@@ -60,11 +66,32 @@ def arange(start: float = 0, stop: float | None = None, step: float = 1,
     """Evenly spaced values in [start, stop), float32 by default as in MegEngine."""
     if stop is None:
         start, stop = 0, start
+    check_range(start, stop, step, dtype)
     return Tensor(constant(lambda: jnp.arange(start, stop, step, dtype=np.dtype(dtype))),
                   device=device)
 
 
+def linspace(start: float, stop: float, num: int, dtype: Any = "float32",
+             device: Any = None) -> Tensor:
+    """`num` evenly spaced values from `start` to `stop`, both included (MegEngine's
+    `linspace`; float32 by default).
+
+    >>> linspace(0, 1, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    try:
+        num = operator.index(num)
+    except TypeError:
+        raise bad_argument(f"linspace: num must be an int, got {num!r:.40}", OpTypeError) from None
+    checked_shape((num,), dtype)
+    # in float64 on the host, so that ends and exact steps stay exact; integers truncate
+    # toward zero as MegEngine's (and PyTorch's) do
+    host = np.linspace(float(start), float(stop), num).astype(np.dtype(dtype))
+    return Tensor(constant(lambda: jnp.asarray(host)), device=device)
+
+
 def eye(n: int, m: int | None = None, dtype: Any = "float32", device: Any = None) -> Tensor:
+    checked_shape((n, n if m is None else m), dtype)
     return Tensor(constant(lambda: jnp.eye(n, m, dtype=np.dtype(dtype))), device=device)
 
 
@@ -74,4 +101,4 @@ def from_dlpack(obj: Any) -> Tensor:
 
 
 __all__ = ["tensor", "full", "zeros", "ones", "zeros_like", "ones_like", "full_like", "arange",
-           "eye", "from_dlpack", "to_array"]
+           "linspace", "eye", "from_dlpack", "to_array"]

@@ -42,3 +42,8 @@ class OpTypeError(OpArgumentError, TypeError):
 class AttachError(EagerError, TypeError):
     """`GradManager.attach` got something that cannot have a gradient: not a Tensor, or an
     integer or boolean tensor."""
+
+
+class AllocationError(OpArgumentError, MemoryError):
+    """A tensor too large for the device's memory was asked for (`eg.zeros((10**12,) * 2)`): it
+    is refused before anything is allocated. Also a `MemoryError` and a `ValueError`."""

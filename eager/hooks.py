@@ -47,15 +47,18 @@ def needs_grad(tensor: Any) -> bool:
 
 
 def make_node(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
-              backward: Callable[[list], Sequence[Any]], sparse: bool = False) -> None:
+              backward: Callable[[list], Sequence[Any]], sparse: bool = False,
+              op: tuple | None = None) -> None:
     """Record one node of the eager tape: `outputs` (Tensors) now depend on `inputs` (Tensors).
 
     In a backward pass `backward(cotangents)` receives one array per output (for outputs that
     got no gradient: zeros, or None when `sparse`) and returns one array (or None: no gradient
-    reaches that input) per input.
+    reaches that input) per input. `op`, when given, is `(Op, attrs key, positions of `inputs`
+    among its arguments, argument arrays)`: the same computation as an op, which a recorded
+    backward (higher-order gradients) differentiates again.
     """
     node = _tape.Node(name, backward, [_tape.parent_of(t) for t in inputs],
-                      [(o._data.shape, o._data.dtype) for o in outputs], sparse)
+                      [(o._data.shape, o._data.dtype) for o in outputs], sparse, op)
     for i, o in enumerate(outputs):
         o._node, o._out_idx = node, i
 

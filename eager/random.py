@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import OpTypeError
+from .op_errors import bad_argument, checked_shape
 from .ops import OPS
 from .tensor import Tensor, apply, rebind
 
@@ -56,25 +58,152 @@ def next_key() -> Tensor:
     return sub
 
 
-def _shape(size: Any) -> tuple[int, ...]:
-    if size is None:
-        return ()
-    return (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(s) for s in size)
+def _shape(size: Any, dtype: Any = "float32") -> tuple[int, ...]:
+    """`size` as a shape, refused with a clear error if it is negative or too large to hold.
+    Draws call it before `next_key()`, so a refused draw leaves the generator as it was."""
+    return () if size is None else checked_shape(size, dtype)
 
 
 def normal(mean: float = 0.0, std: float = 1.0, size: Any = None, dtype: Any = "float32") -> Tensor:
     """Samples from N(mean, std^2) of shape `size`."""
-    return apply(OPS["random_normal"], next_key(), mean, std, shape=_shape(size),
-                 dtype=np.dtype(dtype))
+    shape = _shape(size, dtype)
+    return apply(OPS["random_normal"], next_key(), mean, std, shape=shape, dtype=np.dtype(dtype))
 
 
 def uniform(low: float = 0.0, high: float = 1.0, size: Any = None,
             dtype: Any = "float32") -> Tensor:
     """Samples from U[low, high) of shape `size`."""
-    return apply(OPS["random_uniform"], next_key(), low, high, shape=_shape(size),
+    shape = _shape(size, dtype)
+    return apply(OPS["random_uniform"], next_key(), low, high, shape=shape, dtype=np.dtype(dtype))
+
+
+def permutation(n: int | Tensor, dtype: Any = "int32") -> Tensor:
+    """A random permutation of range(n); for a Tensor `n`, a copy with its rows (axis 0) in a
+    random order, as MegEngine's `permutation` (see `shuffle` for the in-place form)."""
+    if isinstance(n, Tensor):
+        return _shuffled(n, "permutation")
+    (n,) = _shape(n, dtype)
+    return apply(OPS["random_permutation"], next_key(), n=n, dtype=np.dtype(dtype))
+
+
+def shuffle(x: Tensor) -> None:
+    """Put the rows (axis 0) of `x` in a random order, in place (MegEngine's and numpy's
+    `shuffle`: it returns None). `x` is rebound like `x[i] = v`, so gradients and captures
+    follow it."""
+    new = _shuffled(x, "shuffle")
+    rebind(x, new._data, new._node, new._out_idx)
+
+
+def _shuffled(x: Any, name: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise bad_argument(f"{name}: expects a Tensor, got {type(x).__name__}; wrap it with "
+                           "eg.tensor(...)", OpTypeError)
+    if x.ndim == 0:
+        raise bad_argument(f"{name}: a 0-d tensor has no axis 0 to shuffle; reshape it first")
+    return apply(OPS["random_shuffle"], next_key(), x)
+
+
+def randint(low: int, high: int | None = None, size: Any = None,
+            dtype: Any = "int32") -> Tensor:
+    """Integers drawn uniformly from [low, high), or from [0, low) without `high` (numpy's
+    `randint`), of shape `size`.
+
+    >>> import eager as eg
+    >>> sorted(set(eg.random.randint(3, size=(100,)).tolist()))
+    [0, 1, 2]
+    """
+    if high is None:
+        low, high = 0, low
+    for arg, v in (("low", low), ("high", high)):
+        if not isinstance(v, (int, np.integer, Tensor)) or isinstance(v, bool):
+            raise bad_argument(f"randint: {arg} must be an int or a Tensor, got {v!r:.40}",
+                               OpTypeError)
+    if np.dtype(dtype).kind not in "iu":
+        raise bad_argument(f"randint: dtype must be an integer type, got {np.dtype(dtype)}",
+                           OpTypeError)
+    if not isinstance(low, Tensor) and not isinstance(high, Tensor) and not low < high:
+        raise bad_argument(f"randint: needs low < high, got low={low}, high={high}")
+    shape = _shape(size, dtype)
+    return apply(OPS["random_randint"], next_key(), low, high, shape=shape,
                  dtype=np.dtype(dtype))
 
 
-def permutation(n: int, dtype: Any = "int32") -> Tensor:
-    """A random permutation of range(n)."""
-    return apply(OPS["random_permutation"], next_key(), n=int(n), dtype=np.dtype(dtype))
+def gamma(shape: float | Tensor, scale: float | Tensor = 1, size: Any = None,
+          dtype: Any = "float32") -> Tensor:
+    """Samples from the Gamma distribution with shape k and scale theta (mean k * theta). Of
+    shape `size` for number parameters; with tensor parameters, of shape `size +
+    broadcast(shape, scale).shape` (MegEngine's rule)."""
+    out = _draw_shape("gamma", {"shape": shape, "scale": scale}, size, dtype)
+    return apply(OPS["random_gamma"], next_key(), _param(shape), _param(scale), shape=out,
+                 dtype=np.dtype(dtype))
+
+
+def beta(alpha: float | Tensor, beta: float | Tensor, size: Any = None,
+         dtype: Any = "float32") -> Tensor:
+    """Samples from the Beta(alpha, beta) distribution on (0, 1); shapes as in `gamma`."""
+    out = _draw_shape("beta", {"alpha": alpha, "beta": beta}, size, dtype)
+    return apply(OPS["random_beta"], next_key(), _param(alpha), _param(beta), shape=out,
+                 dtype=np.dtype(dtype))
+
+
+def poisson(lam: float | Tensor, size: Any = None, dtype: Any = "float32") -> Tensor:
+    """Counts drawn from Poisson(lam), as float32 like MegEngine's (pass `dtype="int32"` for
+    integers); shapes as in `gamma`."""
+    out = _draw_shape("poisson", {"lam": lam}, size, dtype, minimum=0.0)
+    return apply(OPS["random_poisson"], next_key(), _param(lam), shape=out, dtype=np.dtype(dtype))
+
+
+def _param(x: Any) -> Any:
+    """A number parameter as a Python float: `gamma(2)` and `gamma(2.0)` share one compiled
+    draw (the value is an input, not part of the program)."""
+    return float(x) if _number(x) else x
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+
+
+def _draw_shape(name: str, params: dict[str, Any], size: Any, dtype: Any,
+                minimum: float | None = None) -> tuple[int, ...]:
+    """The shape of a draw: `size` followed by the broadcast shape of the parameters. Number
+    parameters must be > 0 (>= `minimum` where given); tensors are not read to check."""
+    for arg, v in params.items():
+        if isinstance(v, Tensor):
+            continue
+        if not _number(v):
+            raise bad_argument(f"{name}: {arg} must be a number or a Tensor, got "
+                               f"{type(v).__name__}", OpTypeError)
+        if not (v >= minimum if minimum is not None else v > 0):
+            bound = f">= {minimum:g}" if minimum is not None else "> 0"
+            raise bad_argument(f"{name}: {arg} must be {bound}, got {v}")
+    shapes = {arg: v.shape for arg, v in params.items() if isinstance(v, Tensor)}
+    try:
+        tail = np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        raise bad_argument(f"{name}: the parameters' shapes do not broadcast: " + ", ".join(
+            f"{arg} {shape}" for arg, shape in shapes.items())) from None
+    return checked_shape(_shape(size, dtype) + tail, dtype)
+
+
+def get_rng_state() -> Tensor:
+    """A copy of the generator's state (uint32, shape (2,)); `set_rng_state` of it makes the
+    draws that followed it happen again (PyTorch's names).
+
+    >>> import eager as eg
+    >>> state = eg.random.get_rng_state()
+    >>> a = eg.random.normal(size=(3,))
+    >>> eg.random.set_rng_state(state)
+    >>> bool((eg.random.normal(size=(3,)) == a).numpy().all())
+    True
+    """
+    return _state().clone()
+
+
+def set_rng_state(state: Any) -> None:
+    """Restore the generator to `state` (what `get_rng_state` returned: a Tensor, or its
+    numpy value)."""
+    t = state if isinstance(state, Tensor) else Tensor(np.asarray(state))
+    if t.shape != (2,) or t.dtype.kind not in "iu":
+        raise bad_argument(f"set_rng_state: expects the uint32 array of shape (2,) that "
+                           f"get_rng_state() returned, got {t.dtype} of shape {t.shape}")
+    rebind(_state(), t.astype(np.uint32)._data)

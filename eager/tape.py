@@ -41,6 +41,18 @@ def change(recording: int = 0, paused: int = 0) -> None:
     _STATE.set((r + recording, p + paused))
 
 
+_flags = [0]  # bumped by every `Tensor.requires_grad` change, in any thread
+
+
+def flags_changed() -> None:
+    """A tensor was frozen or unfrozen: managers' versions move (compiled steps re-check)."""
+    _flags[0] += 1
+
+
+def flags_epoch() -> int:
+    return _flags[0]
+
+
 def is_recording() -> bool:
     """True when an op on a tensor with gradient history would be recorded now."""
     r, p = _STATE.get()
@@ -50,10 +62,10 @@ def is_recording() -> bool:
 class Node:
     """One recorded call. `vjp(cotangents) -> grads`, one grad per parent (None allowed)."""
 
-    __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed", "sparse")
+    __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed", "sparse", "op")
 
     def __init__(self, name: str, vjp: Callable, parents: Sequence, out_avals: Sequence,
-                 sparse: bool = False):
+                 sparse: bool = False, op: tuple | None = None):
         self.seq = next(_seq)
         self.name = name
         self.vjp = vjp
@@ -64,6 +76,9 @@ class Node:
         # A sparse node's vjp receives None for outputs no gradient reached (a compiled
         # segment, to give None rather than zeros to inputs only those outputs depend on).
         self.sparse = sparse
+        # (op, attrs key, differentiated positions, input arrays) for a registry op's node:
+        # what a recorded backward (`eager.higher_order`) needs to apply the vjp as an op.
+        self.op = op
 
     def __repr__(self) -> str:
         return f"<Node {self.name} #{self.seq}{' freed' if self.freed else ''}>"
@@ -140,7 +155,7 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any]) -> dict[int, lis
                     send(parent, g)
     finally:
         for node in order:
-            node.freed, node.vjp, node.parents, node.cts = True, None, (), None
+            node.freed, node.vjp, node.parents, node.cts, node.op = True, None, (), None, None
     return leaves
 
 

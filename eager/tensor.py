@@ -19,13 +19,15 @@ import numpy as np
 from . import device as _device
 from . import tape
 from .context import current as _current
+from .op_errors import translate as _translate
 from .ops import OPS, Op
+from .tensor_methods import TensorMethods
 
 _FLOAT = np.dtype(np.float32)
 _INT = np.dtype(np.int32)
 
 
-class Tensor:
+class Tensor(TensorMethods):
     """An n-dimensional array on a jax device, with autodiff.
 
     >>> import eager as eg
@@ -171,9 +173,16 @@ class Tensor:
     def astype(self, dtype: Any) -> Tensor:
         return apply(OPS["astype"], self, dtype=np.dtype(dtype))
 
-    def to(self, device: Any) -> Tensor:
-        """A copy on `device` (a name like "gpu0")."""
+    def _to_device(self, device: Any) -> Tensor:
+        """A copy on `device` (a name like "gpu0"), without gradient history; see `to`."""
         return _wrap(jax.device_put(read(self), _device.parse(device)))
+
+    # ----- for the methods of tensor_methods.py, which cannot import this module ------------
+    def _op(self, name: str, *inputs: Any, **attrs: Any) -> Any:
+        return apply(OPS[name], self, *inputs, **attrs)
+
+    def _assign(self, new: Tensor) -> None:
+        rebind(self, new._data, new._node, new._out_idx)
 
     # ----- shape ----------------------------------------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
@@ -182,15 +191,6 @@ class Tensor:
     def transpose(self, *axes: Any) -> Tensor:
         axes = _shape_arg(axes) or tuple(reversed(range(self.ndim)))
         return apply(OPS["transpose"], self, axes=axes)
-
-    @property
-    def T(self) -> Tensor:
-        return self.transpose()
-
-    def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
-        shape = self.shape
-        s, e = start_axis % max(self.ndim, 1), end_axis % max(self.ndim, 1)
-        return self.reshape(*shape[:s], -1, *shape[e + 1:]) if self.ndim else self.reshape(1)
 
     # ----- reductions -----------------------------------------------------------------------
     def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -264,6 +264,7 @@ class Parameter(Tensor):
     """A Tensor that a Module registers as a trainable parameter."""
 
     __slots__ = ()
+    _grads_by_default = True  # `requires_grad` until frozen
 
 
 _ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
@@ -327,29 +328,34 @@ def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
 def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     """Run `op` on `inputs` (Tensors, Python scalars, arrays or None) with static `attrs`.
 
-    Returns a Tensor, or a tuple of Tensors for multi-output ops.
+    Returns a Tensor, or a tuple of Tensors for multi-output ops. Arguments the op cannot take
+    raise `OpArgumentError` / `OpTypeError` naming the op, the arguments and the user's line.
     """
     key = tuple(attrs.items()) if attrs else ()
     h = _current()
-    if h is not None and h.defers:
-        return h.defer(op, key, inputs)
-    fn = op._fwd.get(key) or op.jitted(key)
-    recording, paused = tape.state()
-    record = op.differentiable and recording and not paused
-    arrays = []
-    mask: list[int] = []
-    for i, x in enumerate(inputs):
-        if isinstance(x, Tensor):
-            arrays.append(x._data if h is None else h.read(x))
-            if record and (x._node is not None or x._tracked) and x._data.dtype.kind in "fc":
-                mask.append(i)
-        elif isinstance(x, (list, tuple)):
-            arrays.append(jnp.asarray(np.asarray(x)))
-        else:
-            arrays.append(x)
-    if op.donate is not None and h is None:
-        _unshare(arrays, op.donated(key))
-    out = fn(*arrays)
+    try:  # free unless something raises: then jax's error becomes one that names the user's line
+        if h is not None and h.defers:
+            return h.defer(op, key, inputs)
+        fn = op._fwd.get(key) or op.jitted(key)
+        recording, paused = tape.state()
+        record = op.differentiable and recording and not paused
+        arrays = []
+        mask: list[int] = []
+        for i, x in enumerate(inputs):
+            if isinstance(x, Tensor):
+                arrays.append(x._data if h is None else h.read(x))
+                if record and (x._node is not None or x._tracked) and x._data.dtype.kind in "fc":
+                    mask.append(i)
+            else:  # a nested list is an array; None, scalars and arrays pass as they are
+                arrays.append(jnp.asarray(np.asarray(x)) if isinstance(x, (list, tuple)) else x)
+        if op.donate is not None and h is None:
+            _unshare(arrays, op.donated(key))
+        out = fn(*arrays)
+    except (TypeError, ValueError) as e:
+        err = _translate(op, inputs, key, e)
+        if err is e:
+            raise
+        raise err from err.__cause__  # jax's own error is not chained: its reason is quoted
     if h is not None:
         return _apply_captured(h, op, key, inputs, arrays, out, mask)
     if not op.multi_output:
@@ -397,6 +403,7 @@ def _record(op: Op, key: tuple, mask: tuple, inputs: Sequence, arrays: list, out
         lambda cts: bwd(primals, tuple(cts)),
         [tape.parent_of(inputs[i]) for i in mask],
         [(o._data.shape, o._data.dtype) for o in outs],
+        op=(op, key, mask, primals),
     )
     for i, o in enumerate(outs):
         if i not in op.nondiff_outputs and o._data.dtype.kind in "fc":

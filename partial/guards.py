@@ -261,7 +261,8 @@ class GradPresenceGuard:
 
 class ManagerGuard:
     """A GradManager whose backward the region runs attaches the same tensors and callbacks
-    as at capture (its `version` moves on every `attach`)."""
+    as at capture (its `version` moves on every `attach`, attached tensor's death and
+    `requires_grad` change)."""
 
     structural = False
     __slots__ = ("ref", "version")
@@ -275,8 +276,8 @@ class ManagerGuard:
         if gm is None:
             return "a GradManager the region uses no longer exists"
         if gm.version != self.version:
-            return "GradManager.attach was called since the capture (the tensors it attaches " \
-                   "or their callbacks changed)"
+            return "what a GradManager differentiates changed since the capture (an attach, " \
+                   "an attached tensor freed, or a tensor's requires_grad set)"
         return None
 
     def describe(self) -> str:

@@ -8,6 +8,7 @@
 
 from . import loss as loss
 from . import nn as nn
+from .creation import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .math import *  # noqa: F403
 from .nn import *  # noqa: F403

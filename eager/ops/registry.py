@@ -32,7 +32,7 @@ class Op:
     """
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
-                 "_fwd", "_bwd", "donate")
+                 "_fwd", "_bwd", "donate", "derived")
 
     def __init__(
         self,
@@ -53,6 +53,7 @@ class Op:
         self._fwd: dict[tuple, Callable] = {}
         self._bwd: dict[tuple, Callable] = {}
         self.donate = donate
+        self.derived: dict[tuple, Op] = {}  # its vjp as an op, for higher-order gradients
 
     per_rank = False  # a collective over the ranks of the process group (eager.distributed)
 

@@ -338,3 +338,33 @@ def test_calling_a_step_under_a_recording_manager_with_attached_inputs_raises():
     x = eg.Parameter(_x(3, 4).numpy())
     with GradManager().attach([x]), pytest.raises(TraceError):
         step(x)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_freezing_a_layer_between_steps_is_seen_by_a_compiled_step(compiled):
+    """`requires_grad_(False)` after the step was compiled: the frozen layer gets no gradient
+    and SGD with momentum and weight decay leaves it alone, exactly as in eager."""
+    eg.random.seed(3)
+    net = M.Sequential(M.Linear(3, 4), M.ReLU(), M.Linear(4, 2))
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=0.01)
+    gm = GradManager().attach(net.parameters())
+
+    def step(x):
+        with gm:
+            loss = (net(x) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    run = _xla(step) if compiled else step
+    run(_x(5, 3))
+    net[0].requires_grad_(False)
+    frozen = [p.numpy().copy() for p in net[0].parameters()]
+    moving = net[2].weight.numpy().copy()
+    run(_x(5, 3, seed=1))
+    run(_x(5, 3, seed=2))
+    for p, before in zip(net[0].parameters(), frozen):
+        np.testing.assert_array_equal(p.numpy(), before)
+    assert not np.allclose(net[2].weight.numpy(), moving)
+    if compiled:
+        assert run.cache_info().captures == 2
