@@ -1,19 +1,66 @@
-"""Loss functions (MegEngine signatures and defaults). `reduction` is "mean", "sum" or "none"."""
+"""Loss functions (MegEngine signatures and defaults). `reduction` is "mean", "sum" or "none".
+
+Class labels given to `cross_entropy` and `nll_loss` are checked in eager code: one outside
+[0, C) raises `IndexError`, where the gather would otherwise give nan (or, for -C..-1, silently
+pick a class counted from the end).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from ..context import current as _current
+from ..op_errors import bad_argument
 from ..ops import OPS
-from ..tensor import Tensor, apply
+from ..tensor import Tensor, apply, read
 
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def _check(reduction: str) -> str:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+def _check(reduction: str, fn: str = "loss", allowed: tuple[str, ...] = _REDUCTIONS) -> str:
+    if reduction not in allowed:
+        raise bad_argument(f"{fn}: reduction must be one of {allowed}, got {reduction!r}.")
     return reduction
+
+
+def _check_labels(fn: str, pred: Any, label: Any, axis: int) -> int:
+    """Raise IndexError if an integer class label lies outside [0, C), C = pred.shape[axis];
+    return `axis`. Eager code only: while a region is captured the labels are abstract.
+
+    The labels are read on the host, not reduced on the device together with the loss: labels
+    that came from numpy cost a numpy min/max, and a device array is read once (jax keeps the
+    host copy), so the check never waits for the loss computation itself.
+    """
+    shape = tuple(pred.shape) if hasattr(pred, "shape") else np.shape(pred)
+    if not -len(shape) <= axis < len(shape):
+        raise bad_argument(f"{fn}: axis {axis} is out of range for pred of shape {shape}.")
+    if _current() is not None:
+        return axis
+    host = _host_labels(label)
+    if host is None or host.dtype.kind not in "iu" or host.size == 0:
+        return axis
+    n = shape[axis]
+    # one reduction instead of min and max: read as unsigned, a negative label is huge
+    if int(host.view(f"u{host.dtype.itemsize}").max()) >= n:
+        lo, hi = int(host.min()), int(host.max())
+        bad = lo if lo < 0 else hi
+        raise IndexError(f"{fn}: class label {bad} is out of range for {n} classes (axis {axis} "
+                         f"of pred, shape {shape}); labels must lie in [0, {n - 1}]")
+    return axis
+
+
+def _host_labels(label: Any) -> np.ndarray | None:
+    """The labels as a numpy array (this process's part of a label array sharded over
+    processes), or None if they cannot be read here."""
+    if not isinstance(label, Tensor):
+        return np.asarray(label)
+    array = read(label)
+    if getattr(array, "is_fully_addressable", True):
+        return np.asarray(array)
+    parts = [np.asarray(s.data).ravel() for s in array.addressable_shards]
+    return np.concatenate(parts) if parts else None
 
 
 def cross_entropy(pred: Any, label: Any, axis: int = 1, with_logits: bool = True,
@@ -22,34 +69,94 @@ def cross_entropy(pred: Any, label: Any, axis: int = 1, with_logits: bool = True
 
     With `label_smooth = s` the target puts 1 - s on the label and s spread evenly over all
     classes. `with_logits=False` takes probabilities instead of logits.
+
+    A label outside [0, C) raises `IndexError` in eager code. Inside a compiled region
+    (`partial_trace`, `xla_trace`) nothing is checked: a label in [-C, -1] picks class C + label,
+    as Python indexing does, and any other one makes that sample's loss nan (so a "mean" or
+    "sum" is nan) while its gradient through the label term is 0: without label smoothing that
+    sample's logits get a zero gradient, so training goes on silently apart from the nan loss.
     """
-    return apply(OPS["cross_entropy"], pred, label, axis=int(axis), with_logits=bool(with_logits),
-                 label_smooth=float(label_smooth), reduction=_check(reduction))
+    axis = _check_labels("cross_entropy", pred, label, int(axis))
+    return apply(OPS["cross_entropy"], pred, label, axis=axis, with_logits=bool(with_logits),
+                 label_smooth=float(label_smooth), reduction=_check(reduction, "cross_entropy"))
 
 
 def nll_loss(pred: Any, label: Any, axis: int = 1, reduction: str = "mean") -> Tensor:
-    """Negative log-likelihood of integer `label` given log-probabilities `pred`."""
-    return apply(OPS["nll_loss"], pred, label, axis=int(axis), reduction=_check(reduction))
+    """Negative log-likelihood of integer `label` given log-probabilities `pred`.
+
+    Out-of-range labels: as for `cross_entropy` (`IndexError` in eager code; in a compiled
+    region a label in [-C, -1] counts from the end and any other one gives nan).
+    """
+    axis = _check_labels("nll_loss", pred, label, int(axis))
+    return apply(OPS["nll_loss"], pred, label, axis=axis,
+                 reduction=_check(reduction, "nll_loss"))
 
 
 def binary_cross_entropy(pred: Any, label: Any, with_logits: bool = True,
                          reduction: str = "mean") -> Tensor:
     """Binary cross-entropy; `pred` are logits unless `with_logits=False` (MegEngine default)."""
     return apply(OPS["binary_cross_entropy"], pred, label, with_logits=bool(with_logits),
-                 reduction=_check(reduction))
+                 reduction=_check(reduction, "binary_cross_entropy"))
 
 
 def mse_loss(pred: Any, label: Any, reduction: str = "mean") -> Tensor:
     """Mean squared error."""
-    return apply(OPS["mse_loss"], pred, label, reduction=_check(reduction))
+    return apply(OPS["mse_loss"], pred, label, reduction=_check(reduction, "mse_loss"))
 
 
 def l1_loss(pred: Any, label: Any, reduction: str = "mean") -> Tensor:
     """Mean absolute error."""
-    return apply(OPS["l1_loss"], pred, label, reduction=_check(reduction))
+    return apply(OPS["l1_loss"], pred, label, reduction=_check(reduction, "l1_loss"))
 
 
-square_loss = mse_loss
+square_loss = mse_loss  # MegEngine's name for the mean squared error
+
+
+def smooth_l1_loss(pred: Any, label: Any, beta: float = 1.0, reduction: str = "mean") -> Tensor:
+    """The Huber-like loss of PyTorch: 0.5 * d**2 / beta where |d| < beta, else |d| - beta / 2,
+    d = pred - label; `beta=0` gives the L1 loss.
+
+    >>> import eager as eg, eager.functional as F
+    >>> F.smooth_l1_loss(eg.tensor([0.5, 3.0]), eg.tensor([0.0, 0.0]), reduction="none").numpy()
+    array([0.125, 2.5  ], dtype=float32)
+    """
+    if not beta >= 0:
+        raise bad_argument(f"smooth_l1_loss: beta must be >= 0, got {beta}.")
+    return apply(OPS["smooth_l1_loss"], pred, label, beta=float(beta),
+                 reduction=_check(reduction, "smooth_l1_loss"))
+
+
+def hinge_loss(pred: Any, label: Any, norm: str = "L1", reduction: str = "mean") -> Tensor:
+    """MegEngine's SVM hinge loss for `pred` and `label` of shape (N, C), labels in {-1, 1}:
+    per sample, the sum over axis 1 of max(0, 1 - pred * label) ("L1") or of its square
+    ("L2"); `reduction` then acts on those N values.
+
+    >>> import eager as eg, eager.functional as F
+    >>> pred = eg.tensor([[0.5, -0.5, 0.1], [-0.6, 0.7, 0.8]])
+    >>> label = eg.tensor([[1, -1, -1], [-1, 1, 1]])
+    >>> round(F.hinge_loss(pred, label).item(), 4)
+    1.5
+    """
+    kind = str(norm).upper()
+    if kind not in ("L1", "L2"):
+        raise bad_argument(f"hinge_loss: norm must be 'L1' or 'L2', got {norm!r}.")
+    ndim = len(pred.shape) if hasattr(pred, "shape") else np.ndim(pred)
+    if ndim < 2:
+        raise bad_argument(f"hinge_loss: pred must have shape (N, C), got {ndim} axes; "
+                           "reshape a single sample to (1, C).")
+    return apply(OPS["hinge_loss"], pred, label, squared=kind == "L2",
+                 reduction=_check(reduction, "hinge_loss"))
+
+
+def kl_div(pred: Any, label: Any, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    """Kullback-Leibler divergence KL(label || exp(pred)) with PyTorch's semantics: `pred` holds
+    log-probabilities, `label` probabilities (log-probabilities if `log_target`). The pointwise
+    terms label * (log(label) - pred) are averaged over every element by "mean"; "batchmean"
+    divides their sum by the batch size (axis 0), which is the KL divergence per sample.
+    """
+    reduction = _check(reduction, "kl_div", _REDUCTIONS + ("batchmean",))
+    return apply(OPS["kl_div"], pred, label, log_target=bool(log_target), reduction=reduction)
+
 
 __all__ = ["cross_entropy", "nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss",
-           "square_loss"]
+           "square_loss", "smooth_l1_loss", "hinge_loss", "kl_div"]

@@ -1,4 +1,4 @@
-"""Shape and movement functions (MegEngine signatures)."""
+"""Shape, movement, ordering and selection functions (MegEngine signatures)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import OpTypeError
+from ..op_errors import bad_argument
 from ..ops import OPS
 from ..tensor import Tensor, _shape_arg, apply
 
@@ -61,8 +63,9 @@ def split(x: Any, nsplits_or_sections: int | Sequence[int], axis: int = 0) -> li
     x = _t(x)
     if isinstance(nsplits_or_sections, (int, np.integer)):
         n = int(nsplits_or_sections)
-        if x.shape[axis] % n:
-            raise ValueError(f"split: axis {axis} of size {x.shape[axis]} is not divisible by {n}")
+        if n < 1 or x.shape[axis] % n:
+            raise bad_argument(f"split: axis {axis} of size {x.shape[axis]} is not divisible "
+                               f"into {n} parts (a count >= 1).")
         size = x.shape[axis] // n
         indices = tuple(size * i for i in range(1, n))
     else:
@@ -71,7 +74,10 @@ def split(x: Any, nsplits_or_sections: int | Sequence[int], axis: int = 0) -> li
 
 
 def tile(x: Any, reps: Sequence[int]) -> Tensor:
-    return apply(OPS["tile"], x, reps=_shape_arg(reps))
+    reps = _shape_arg(reps)
+    if min(reps, default=0) < 0:  # jax would fail only when compiling, with an MLIR error
+        raise bad_argument(f"tile: reps {reps} must be >= 0.")
+    return apply(OPS["tile"], x, reps=reps)
 
 
 def repeat(x: Any, repeats: int, axis: int | None = None) -> Tensor:
@@ -107,12 +113,142 @@ def pad(x: Any, pad_width: Sequence[Sequence[int]], mode: str = "constant",
         constant_value: float = 0.0) -> Tensor:
     """Pad with (before, after) widths per axis; modes constant, edge/replicate, reflect."""
     if mode not in _PAD_MODES:
-        raise ValueError(f"pad: unknown mode {mode!r}; use one of {sorted(_PAD_MODES)}")
+        raise bad_argument(f"pad: unknown mode {mode!r}; use one of {sorted(_PAD_MODES)}.")
     widths = tuple((int(a), int(b)) for a, b in pad_width)
     return apply(OPS["pad"], x, pad_width=widths, mode=_PAD_MODES[mode],
                  constant_value=float(constant_value))
 
+
+# ----- ordering and scans along an axis ----------------------------------------------------------
+def _last_axis(fn: str, x: Tensor) -> int:
+    if x.ndim == 0:
+        raise bad_argument(f"{fn}: needs at least one axis (it works along the last one), got "
+                           "a 0-d tensor; reshape it to (1,) first.")
+    return x.shape[-1]
+
+
+def sort(x: Any, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """(values, int32 indices) sorted along the last axis; ties keep their order.
+
+    >>> import eager as eg, eager.functional as F
+    >>> [t.numpy().tolist() for t in F.sort(eg.tensor([3.0, 1.0, 2.0]), descending=True)]
+    [[3.0, 2.0, 1.0], [0, 2, 1]]
+    """
+    x = _t(x)
+    _last_axis("sort", x)
+    return apply(OPS["sort"], x, descending=bool(descending))
+
+
+def argsort(x: Any, descending: bool = False) -> Tensor:
+    """The int32 indices that sort `x` along the last axis (stable)."""
+    x = _t(x)
+    _last_axis("argsort", x)
+    return apply(OPS["argsort"], x, descending=bool(descending))
+
+
+def topk(x: Any, k: int, descending: bool = False, kth_only: bool = False,
+         no_sort: bool = False) -> tuple[Tensor, Tensor]:
+    """(values, int32 indices) of the `k` smallest entries along the last axis (the largest with
+    `descending=True`), in order, as MegEngine. With `kth_only` only the k-th one: the last axis
+    is dropped. `no_sort` allows any order; the result here is always sorted.
+
+    >>> import eager as eg, eager.functional as F
+    >>> [t.numpy().tolist() for t in F.topk(eg.tensor([2.0, 4.0, 1.0, 3.0]), 2)]
+    [[1.0, 2.0], [2, 0]]
+    """
+    x = _t(x)
+    n = _last_axis("topk", x)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+        raise bad_argument(f"topk: k must be an int in [1, {n}] (the last axis of shape "
+                           f"{x.shape}), got {k!r}.")
+    return apply(OPS["topk"], x, k=int(k), descending=bool(descending), kth_only=bool(kth_only))
+
+
+def _axis(fn: str, x: Tensor, axis: int) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -max(x.ndim, 1) <= axis < max(x.ndim, 1):
+        raise bad_argument(f"{fn}: axis must be an int in [{-x.ndim}, {x.ndim - 1}] for a "
+                           f"tensor of shape {x.shape}, got {axis!r}.")
+    return int(axis) % max(x.ndim, 1)
+
+
+def cumsum(x: Any, axis: int) -> Tensor:
+    """Running sum along `axis`: out[i] = x[0] + ... + x[i]."""
+    x = _t(x)
+    return apply(OPS["cumsum"], x, axis=_axis("cumsum", x, axis))
+
+
+def cumprod(x: Any, axis: int) -> Tensor:
+    """Running product along `axis`: out[i] = x[0] * ... * x[i]."""
+    x = _t(x)
+    return apply(OPS["cumprod"], x, axis=_axis("cumprod", x, axis))
+
+
+def _matrix(fn: str, x: Any) -> Tensor:
+    x = _t(x)
+    if x.ndim < 2:
+        raise bad_argument(f"{fn}: needs a matrix (or a batch of them, the last two axes), "
+                           f"got shape {x.shape}.")
+    return x
+
+
+def tril(x: Any, k: int = 0) -> Tensor:
+    """The lower triangle of the last two axes: entries above diagonal `k` become 0 (k > 0
+    keeps diagonals above the main one)."""
+    return apply(OPS["tril"], _matrix("tril", x), k=int(k))
+
+
+def triu(x: Any, k: int = 0) -> Tensor:
+    """The upper triangle of the last two axes: entries below diagonal `k` become 0."""
+    return apply(OPS["triu"], _matrix("triu", x), k=int(k))
+
+
+# ----- selections with data-dependent sizes ------------------------------------------------------
+# The output size is read on the host (one value read through the Tensor read path, so a region
+# raises `ValueReadError` there, or breaks with graph_breaks=True) and becomes a static attribute.
+def _count(x: Tensor, fn: str) -> int:
+    return int(apply(OPS["count_nonzero"], x)._scalar(f"{fn} (its output size is a count of "
+                                                      "the input's values)"))
+
+
+def nonzero(x: Any, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
+    """The int32 coordinates of the nonzero elements in row-major order: an (n, ndim) tensor,
+    or with `as_tuple` one length-n tensor per axis (usable as an index).
+
+    >>> import eager as eg, eager.functional as F
+    >>> F.nonzero(eg.tensor([[0, 3], [5, 0]])).numpy().tolist()
+    [[0, 1], [1, 0]]
+    """
+    x = _t(x)
+    if x.ndim == 0:
+        raise bad_argument("nonzero: needs at least one axis, got a 0-d tensor; reshape it "
+                           "to (1,) first.")
+    out = apply(OPS["nonzero"], x, size=_count(x, "F.nonzero()"), as_tuple=bool(as_tuple))
+    return out if as_tuple else out[0]
+
+
+def cond_take(mask: Any, x: Any) -> tuple[Tensor, Tensor]:
+    """(values, indices): the elements of `x` where the bool `mask` (of x's shape) is true, and
+    their int32 positions in the flattened `x`, both 1-d (MegEngine).
+
+    >>> import eager as eg, eager.functional as F
+    >>> mask = eg.tensor([[True, False], [False, True]])
+    >>> v, i = F.cond_take(mask, eg.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    >>> v.numpy().tolist(), i.numpy().tolist()
+    ([1.0, 4.0], [0, 3])
+    """
+    mask, x = _t(mask), _t(x)
+    if mask.dtype != np.bool_:
+        raise bad_argument(f"cond_take: mask must be a bool tensor, got dtype {mask.dtype}; "
+                           "compare first (e.g. x > 0) or use mask.astype('bool').", OpTypeError)
+    if mask.shape != x.shape:
+        raise bad_argument(f"cond_take: mask of shape {mask.shape} must have the shape of x, "
+                           f"{x.shape}.")
+    return apply(OPS["cond_take"], mask, x, size=_count(mask, "F.cond_take()"))
+
+
 __all__ = [
     "reshape", "flatten", "transpose", "expand_dims", "squeeze", "broadcast_to", "concat",
     "stack", "split", "tile", "repeat", "gather", "scatter", "indexing_one_hot", "one_hot", "pad",
+    "sort", "argsort", "topk", "cumsum", "cumprod", "tril", "triu", "nonzero", "cond_take",
 ]

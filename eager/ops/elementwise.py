@@ -1,8 +1,15 @@
-"""Elementwise ops: arithmetic, activations, comparisons, logic, rounding and casts."""
+"""Elementwise ops: arithmetic, activations, comparisons, logic, rounding and casts; also
+`normalize`, the one op here that reduces (an elementwise division by a norm).
+
+Activations whose formula has kinks are written with `where` on the input so that their jax
+gradient at the kink is PyTorch's: relu6 and hsigmoid give 0 at their corners, hswish the slope
+of its middle piece, elu, selu and prelu the slope of their negative piece at 0.
+"""
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.scipy import special
 
 from .registry import defop
 
@@ -32,6 +39,24 @@ _ARITHMETIC = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
     "silu": jax.nn.silu,
     "softplus": jax.nn.softplus,
+    "tan": jnp.tan,
+    "asin": jnp.arcsin,
+    "acos": jnp.arccos,
+    "atan": jnp.arctan,
+    "atan2": jnp.arctan2,
+    "sinh": jnp.sinh,
+    "cosh": jnp.cosh,
+    "asinh": jnp.arcsinh,
+    "acosh": jnp.arccosh,
+    "atanh": jnp.arctanh,
+    "erf": special.erf,
+    "erfinv": special.erfinv,
+    "expm1": jnp.expm1,
+    "log2": jnp.log2,
+    "log10": jnp.log10,
+    "square": jnp.square,
+    "logsigmoid": jax.nn.log_sigmoid,
+    "softsign": jax.nn.soft_sign,
     "round": jnp.round,
     "floor": jnp.floor,
     "ceil": jnp.ceil,
@@ -74,3 +99,76 @@ def leaky_relu(x, *, negative_slope):
 def astype(x, *, dtype):
     return x.astype(dtype)
 
+
+
+def _relu6(x):
+    # where on x, not clip: the gradient is 0 at both corners (0 and 6), as PyTorch's hardtanh
+    return jnp.where(x <= 0, jnp.zeros_like(x), jnp.where(x >= 6, jnp.full_like(x, 6), x))
+
+
+defop("relu6")(_relu6)
+defop("hsigmoid")(lambda x: _relu6(x + 3) / 6)
+
+
+@defop("hswish")
+def hswish(x):
+    # x * relu6(x + 3) / 6, split into its three pieces: at -3 and 3 the gradient is the middle
+    # piece's slope (x / 3 + 1/2), PyTorch's convention, which the product rule would not give.
+    middle = x * (x + 3) / 6
+    return jnp.where(x < -3, jnp.zeros_like(middle), jnp.where(x <= 3, middle, x))
+
+
+def _elu(x, alpha):
+    # expm1 sees only the non-positive values: on a large positive x the discarded branch would
+    # overflow to inf and its zero cotangent would turn the gradient into nan
+    negative = alpha * jnp.expm1(jnp.where(x > 0, jnp.zeros_like(x), x))
+    return jnp.where(x > 0, x, negative)
+
+
+@defop("elu")
+def elu(x, *, alpha):
+    return _elu(x, alpha)
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@defop("selu")
+def selu(x):
+    return _SELU_SCALE * _elu(x, _SELU_ALPHA)
+
+
+@defop("prelu")
+def prelu(x, weight):
+    """x where x > 0, else weight * x; a weight with one element per channel applies along
+    axis 1 (the functional wrapper checks its size)."""
+    if weight.size == 1:
+        w = weight.reshape(())
+    else:
+        w = weight.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return jnp.where(x > 0, x, w * x)
+
+
+def _safe_norm(x, ord, axis):
+    """The p-norm over `axis` (kept), with a zero gradient (not nan) where the norm is 0."""
+    a = jnp.abs(x)
+    if ord == float("inf"):
+        return jnp.max(a, axis=axis, keepdims=True)
+    if ord == float("-inf"):
+        return jnp.min(a, axis=axis, keepdims=True)
+    if ord == 0:
+        return jnp.sum((x != 0).astype(x.dtype), axis=axis, keepdims=True)
+    s = jnp.sum(x * x if ord == 2 else a**ord, axis=axis, keepdims=True)
+    positive = s > 0
+    # the root's gradient at 0 is infinite: take it of 1 there, and drop the result
+    root = jnp.where(positive, s, jnp.ones_like(s)) ** (1.0 / ord)
+    return jnp.where(positive, root, jnp.zeros_like(s))
+
+
+@defop("normalize")
+def normalize(x, *, ord, axis, eps):
+    """x / max(norm(x, ord, axis), eps): MegEngine's F.normalize, the gradient through a norm
+    below eps being that of x / eps (PyTorch's)."""
+    norm = _safe_norm(x, ord, axis)
+    return x / jnp.where(norm > eps, norm, jnp.full_like(norm, eps))

@@ -9,6 +9,7 @@ from jax import lax
 from .registry import defop
 
 defop("matmul")(jnp.matmul)
+defop("einsum")(lambda *xs, subscripts: jnp.einsum(subscripts, *xs))
 defop("softmax")(lambda x, *, axis: jax.nn.softmax(x, axis=axis))
 defop("log_softmax")(lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
 defop("embedding")(lambda index, weight: jnp.take(weight, index, axis=0))
@@ -53,6 +54,45 @@ def conv_transpose(x, weight, bias, *, stride, padding, output_padding, dilation
         rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim], feature_group_count=groups,
     )
     return y if bias is None else y + _channel(bias, y.ndim)
+
+
+def _nearest_taps(n_in, n_out):
+    """PyTorch's nearest rule, in its float32 arithmetic: source floor(dst * (n_in / n_out)),
+    clamped to the last row."""
+    scale = np.float32(n_in) / np.float32(n_out)
+    src = np.floor(np.arange(n_out, dtype=np.float32) * scale).astype(np.int32)
+    return np.minimum(src, n_in - 1)
+
+
+def _linear_taps(n_in, n_out, align_corners):
+    """(lo, hi, weight of hi) per output position, in float32 as PyTorch computes them: corner
+    pixel centres line up (align_corners) or pixel edges do, with sources clamped at 0."""
+    dst = np.arange(n_out, dtype=np.float32)
+    if align_corners:
+        scale = np.float32(n_in - 1) / np.float32(n_out - 1) if n_out > 1 else np.float32(0)
+        src = dst * scale
+    else:
+        scale = np.float32(n_in) / np.float32(n_out)
+        src = np.maximum((dst + np.float32(0.5)) * scale - np.float32(0.5), np.float32(0))
+    lo = np.minimum(np.floor(src).astype(np.int32), n_in - 1)
+    return lo, np.minimum(lo + 1, n_in - 1), np.clip(src - lo, 0, 1)
+
+
+@defop("interpolate")
+def interpolate(x, *, size, mode, align_corners):
+    """Resize the last two axes of NCHW `x` to `size`, one axis at a time (both modes are
+    separable); the taps are static numpy constants computed from the shapes, all in range
+    (so the gathers need no out-of-bounds fill)."""
+    for axis, n_out in ((2, size[0]), (3, size[1])):
+        n_in = x.shape[axis]
+        if mode == "nearest":
+            x = jnp.take(x, _nearest_taps(n_in, n_out), axis=axis, mode="clip")
+            continue
+        lo, hi, w = _linear_taps(n_in, n_out, align_corners)
+        w = w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+        x = (jnp.take(x, lo, axis=axis, mode="clip") * (1 - w)
+             + jnp.take(x, hi, axis=axis, mode="clip") * w)
+    return x
 
 
 def _window(x, init, reducer, kernel, stride, padding):

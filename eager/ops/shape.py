@@ -72,3 +72,28 @@ def getitem(x, *index, spec):
 @defop("setitem")
 def setitem(x, value, *index, spec):
     return x.at[_build_index(spec, index)].set(jnp.asarray(value, dtype=x.dtype))
+
+
+defop("tril")(lambda x, *, k: jnp.tril(x, k))
+defop("triu")(lambda x, *, k: jnp.triu(x, k))
+
+# Data-dependent output sizes: the functional wrapper reads the count (one value read) and passes
+# it as the static `size`, so each op compiles once per distinct count.
+defop("count_nonzero", differentiable=False)(
+    lambda x: jnp.count_nonzero(x).astype(jnp.int32)
+)
+
+
+@defop("nonzero", differentiable=False, multi_output=True)
+def nonzero(x, *, size, as_tuple):
+    """The int32 coordinates of the first `size` nonzero elements, in row-major order: one array
+    per axis, or (as_tuple=False) a 1-tuple holding them as the columns of a (size, ndim) array."""
+    coords = tuple(c.astype(jnp.int32) for c in jnp.nonzero(x, size=size))
+    return coords if as_tuple else (jnp.stack(coords, axis=1),)
+
+
+@defop("cond_take", nondiff_outputs=(1,))
+def cond_take(mask, x, *, size):
+    """The elements of `x` where `mask` holds (row-major) and their flat int32 positions."""
+    idx = jnp.flatnonzero(mask, size=size).astype(jnp.int32)
+    return jnp.ravel(x)[idx], idx

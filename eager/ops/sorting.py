@@ -1,0 +1,51 @@
+"""Order along an axis: sort, argsort and top-k over the last axis, and the running scans
+cumsum and cumprod.
+
+Sorted values are gathered from the input at the sorted positions, so their gradient is jax's
+scatter of the cotangent back to where each value came from. Indices are int32 (MegEngine's
+dtype) and carry no gradient. Ties keep their input order everywhere: sort and argsort are
+stable, and `lax.top_k` puts the lower index first.
+"""
+
+import jax.numpy as jnp
+from jax import lax
+
+from .registry import defop
+
+
+def _order(x, descending):
+    return jnp.argsort(x, axis=-1, stable=True, descending=descending).astype(jnp.int32)
+
+
+@defop("sort", nondiff_outputs=(1,))
+def sort(x, *, descending):
+    idx = _order(x, descending)
+    return jnp.take_along_axis(x, idx, axis=-1), idx
+
+
+defop("argsort", differentiable=False)(lambda x, *, descending: _order(x, descending))
+
+
+def _key(x, descending):
+    """What `lax.top_k` (which picks the largest) ranks: `x`, or for the smallest a key that
+    reverses its order: `-x` for floats, `~x` for integers (where `-x` would overflow at the
+    most negative value and wrap for unsigned types)."""
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.int8)
+    if descending:
+        return x
+    return -x if jnp.issubdtype(x.dtype, jnp.inexact) else ~x
+
+
+@defop("topk", nondiff_outputs=(1,))
+def topk(x, *, k, descending, kth_only):
+    _, idx = lax.top_k(_key(x, descending), k)
+    idx = idx.astype(jnp.int32)
+    if kth_only:
+        idx = idx[..., -1:]
+    values = jnp.take_along_axis(x, idx, axis=-1)
+    return (values[..., 0], idx[..., 0]) if kth_only else (values, idx)
+
+
+defop("cumsum")(lambda x, *, axis: jnp.cumsum(x, axis=axis))
+defop("cumprod")(lambda x, *, axis: jnp.cumprod(x, axis=axis))
