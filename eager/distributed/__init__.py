@@ -23,7 +23,7 @@ from .group import (
     rank_mesh,
 )
 from .helpers import bcast_list_, make_allreduce_cb
-from .launcher import Launcher, launcher
+from .processes import Launcher, launcher
 
 __all__ = ["mesh", "shard_batch", "replicate", "init_process_group", "is_distributed", "get_rank",
            "get_world_size", "group_barrier", "launcher", "Launcher", "functional",

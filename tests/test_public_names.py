@@ -1,0 +1,29 @@
+"""No public name is shadowed by an internal module of the same name (MegEngine's
+`from megengine.jit import trace` must give the decorator, never a submodule), and every name
+a package lists in `__all__` exists."""
+
+import importlib
+import pkgutil
+import types
+
+import pytest
+
+PACKAGES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.distributed",
+            "eager.ops", "partial", "xla_segments", "autograd_bridge"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_public_names_are_not_internal_modules(name):
+    package = importlib.import_module(name)
+    public = set(getattr(package, "__all__", ()))
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name not in public:
+            continue
+        value = getattr(package, info.name)
+        # a public submodule (eager.random, F.nn, optim.lr_scheduler) is fine; a function or
+        # class spelled like a module is what misleads
+        assert isinstance(value, types.ModuleType), (
+            f"{name}.{info.name} is both a public {type(value).__name__} and the module "
+            f"{name}/{info.name}.py; rename the module")
+    for attr in public:
+        assert hasattr(package, attr), f"{name}.__all__ lists {attr!r}, which does not exist"
