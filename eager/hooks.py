@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import tape as _tape
-from . import tensor as _tensor
+from . import tensors as _tensor
 from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
 
 __all__ = [

@@ -1,9 +1,9 @@
-"""Tensor methods in MegEngine's and PyTorch's spellings, kept out of tensor.py: views of the
+"""Tensor methods in MegEngine's and PyTorch's spellings, kept out of tensors.py: views of the
 shape (`view`, `permute`, `unsqueeze`, `squeeze`, `expand`, `flatten`), copies and conversions
 (`clone`, `tolist`, the `float()`-style casts, `to`), in-place arithmetic (`x += y` and co.) and
 the `requires_grad` flag.
 
-`Tensor` inherits `TensorMethods`. This module imports nothing from `eager.tensor` (which imports
+`Tensor` inherits `TensorMethods`. This module imports nothing from `eager.tensors` (which imports
 it), so the methods reach the dispatcher through three small Tensor methods: `_op` (apply a
 registry op to self), `_assign` (rebind self's storage and history, as `x[i] = v` does) and
 `_to_device`.
