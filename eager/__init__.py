@@ -40,7 +40,7 @@ from .errors import (
 )
 from .ops import OPS, Op, defop
 from .serialization import load, save
-from .tensor import Parameter, Tensor, apply, read, rebind
+from .tensors import Parameter, Tensor, apply, read, rebind
 
 __all__ = [
     "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "linspace",

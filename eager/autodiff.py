@@ -23,7 +23,7 @@ import numpy as np
 
 from . import context, higher_order, hooks, tape
 from .errors import AttachError, BackwardError
-from .tensor import Tensor, _wrap, read
+from .tensors import Tensor, _wrap, read
 
 Callback = Callable[[Tensor, Tensor], Tensor]
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from .errors import OpTypeError
 from .op_errors import bad_argument, check_range, checked_shape
-from .tensor import Tensor, constant, to_array
+from .tensors import Tensor, constant, to_array
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ from . import tape
 from .errors import BackwardError
 from .ops import Op
 from .ops.registry import make_vjp
-from .tensor import Tensor, _wrap, apply
+from .tensors import Tensor, _wrap, apply
 
 
 def vjp_op(op: Op, key: tuple, mask: tuple, n: int) -> Op:

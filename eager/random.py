@@ -23,7 +23,7 @@ import numpy as np
 from .errors import OpTypeError
 from .op_errors import bad_argument, checked_shape
 from .ops import OPS
-from .tensor import Tensor, apply, rebind
+from .tensors import Tensor, apply, rebind
 
 _key: Tensor | None = None
 

@@ -18,7 +18,7 @@ from .. import device as _device
 from ..errors import DistributedError
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
-from ..tensor import Tensor, read, rebind
+from ..tensors import Tensor, read, rebind
 
 _default_mesh: Mesh | None = None
 

@@ -17,7 +17,7 @@ from jax import lax
 
 from ..errors import DistributedError
 from ..ops.registry import defop
-from ..tensor import Tensor, apply
+from ..tensors import Tensor, apply
 from .collective import Collective
 from .group import AXIS, get_world_size
 

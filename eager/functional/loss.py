@@ -14,7 +14,7 @@ import numpy as np
 from ..context import current as _current
 from ..op_errors import bad_argument
 from ..ops import OPS
-from ..tensor import Tensor, apply, read
+from ..tensors import Tensor, apply, read
 
 _REDUCTIONS = ("mean", "sum", "none")
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..op_errors import bad_argument
 from ..ops import OPS
-from ..tensor import Tensor, _axis_arg, apply
+from ..tensors import Tensor, _axis_arg, apply
 
 
 def _unary(name: str):

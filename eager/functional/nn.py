@@ -14,7 +14,7 @@ from ..context import current as _current
 from ..errors import OpTypeError
 from ..op_errors import bad_argument, locate, require, where_text
 from ..ops import OPS
-from ..tensor import Tensor, apply, read, rebind
+from ..tensors import Tensor, apply, read, rebind
 from .loss import (  # noqa: F401  (MegEngine's F.nn also holds the losses)
     binary_cross_entropy,
     cross_entropy,

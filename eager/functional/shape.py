@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import OpTypeError
 from ..op_errors import bad_argument
 from ..ops import OPS
-from ..tensor import Tensor, _shape_arg, apply
+from ..tensors import Tensor, _shape_arg, apply
 
 
 def _t(x: Any) -> Tensor:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import functional as F
 from ..creation import full
 from ..errors import OpArgumentError
-from ..tensor import Parameter, Tensor
+from ..tensors import Parameter, Tensor
 from .module import Module
 
 

@@ -7,7 +7,7 @@ import math
 import jax.numpy as jnp
 
 from .. import random
-from ..tensor import Tensor, rebind
+from ..tensors import Tensor, rebind
 
 
 def uniform_(t: Tensor, low: float = 0.0, high: float = 1.0) -> None:

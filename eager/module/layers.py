@@ -14,7 +14,7 @@ from .. import functional as F
 from ..creation import ones, zeros
 from ..errors import OpArgumentError
 from ..ops import OPS
-from ..tensor import Parameter, Tensor, apply, read, rebind
+from ..tensors import Parameter, Tensor, apply, read, rebind
 from . import init
 from .module import Module
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import context
-from ..tensor import Parameter, Tensor, rebind
+from ..tensors import Parameter, Tensor, rebind
 
 
 def _is_state(v: Any) -> bool:

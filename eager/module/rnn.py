@@ -21,7 +21,7 @@ import jax
 from .. import functional as F
 from ..creation import zeros
 from ..errors import OpArgumentError
-from ..tensor import Parameter, Tensor
+from ..tensors import Parameter, Tensor
 from . import init
 from .module import Module
 

@@ -7,7 +7,7 @@ from typing import Any
 from .. import functional as F
 from .. import random
 from ..errors import OpArgumentError
-from ..tensor import Tensor
+from ..tensors import Tensor
 from .module import Module
 
 

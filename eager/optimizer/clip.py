@@ -13,7 +13,7 @@ from typing import Any
 from ..creation import zeros
 from ..errors import OpArgumentError, OpTypeError
 from ..ops import OPS
-from ..tensor import Tensor, apply, rebind
+from ..tensors import Tensor, apply, rebind
 
 
 def _with_grads(name: str, params: Tensor | Iterable[Tensor]) -> list[Tensor]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import context
 from ..errors import OpArgumentError
-from ..tensor import Tensor, rebind
+from ..tensors import Tensor, rebind
 
 
 class ParamGroup(dict):

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..creation import zeros_like
 from ..ops import OPS
-from ..tensor import Tensor, apply
+from ..tensors import Tensor, apply
 from .optimizer import Optimizer
 
 
