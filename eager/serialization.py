@@ -1,63 +1,36 @@
 """Checkpoints: `save` and `load` nested dicts, lists and tuples of tensors, numpy arrays and
-plain Python values, in a format that runs no code on load.
+plain Python values, in a format that runs no code on load (see `checkpoint_format`).
 
-A checkpoint is a zip archive holding `manifest.json` (the structure, with each array as a
-reference) and one raw little-endian byte file per array. Loading parses JSON and copies bytes:
-no pickle, no imports, no calls. Writes go to a temporary file in the same folder, are flushed
-and fsynced, then renamed over the target, so a crash mid-write leaves the old file intact.
+A save writes a temporary file of its own in the target's folder, named
+`.<target>.<host>-<pid>-<random>.tmp`, flushes and fsyncs it, then renames it over the target
+(`os.replace` is atomic): a reader sees the old file or the new one, never part of one, and of
+writers racing on one path (threads or processes) the last to finish wins. A writer killed
+mid-save (`kill -9`, power loss) leaves its temp behind; the next save to that path removes the
+temps whose writer is gone, which the host and pid in their names tell.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import hashlib
 import os
+import re
+import secrets
+import socket
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import jax.numpy as jnp
-import numpy as np
-
+from .checkpoint_format import MAX_DEPTH, read
+from .checkpoint_format import write as _write
 from .errors import CheckpointError
-from .tensor import Tensor
 
-_FORMAT = "eager-checkpoint"
-_VERSION = 1
+__all__ = ["MAX_DEPTH", "load", "save"]
 
-
-def _encode(obj: Any, arrays: list[np.ndarray], path: str) -> Any:
-    if isinstance(obj, (np.ndarray, np.generic)):  # before float: np.float64 subclasses it
-        arrays.append(np.asarray(obj))
-        return {"ndarray" if isinstance(obj, np.ndarray) else "scalar": len(arrays) - 1}
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, Tensor):
-        arrays.append(obj.numpy())
-        return {"tensor": len(arrays) - 1}
-    if isinstance(obj, (list, tuple)):
-        kind = "list" if isinstance(obj, list) else "tuple"
-        return {kind: [_encode(v, arrays, f"{path}[{i}]") for i, v in enumerate(obj)]}
-    if isinstance(obj, dict):
-        items = []
-        for k, v in obj.items():
-            if not (k is None or isinstance(k, (bool, int, float, str))):
-                raise TypeError(f"eg.save: dict key {k!r} at {path} is not a str, int, float, "
-                                "bool or None")
-            items.append([k, _encode(v, arrays, f"{path}[{k!r}]")])
-        return {"dict": items}
-    raise TypeError(f"eg.save: cannot store {type(obj).__name__} at {path}; checkpoints hold "
-                    "tensors, numpy arrays, numbers, strings, None, lists, tuples and dicts")
-
-
-def _write(f: BinaryIO, obj: Any) -> None:
-    arrays: list[np.ndarray] = []
-    tree = _encode(obj, arrays, "obj")
-    meta = [{"dtype": a.dtype.name, "shape": list(a.shape)} for a in arrays]
-    manifest = {"format": _FORMAT, "version": _VERSION, "tree": tree, "arrays": meta}
-    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("manifest.json", json.dumps(manifest))
-        for i, a in enumerate(arrays):
-            z.writestr(f"arrays/{i}", np.ascontiguousarray(a, a.dtype.newbyteorder("<")).tobytes())
+_TEMP = re.compile(r"(?P<host>[0-9a-f]{8})-(?P<pid>[0-9]+)-[0-9a-f]{16}\.tmp")
+_LOCK = threading.Lock()  # orders creating a temp against another thread's sweep of stale ones
+_WRITING: set[str] = set()  # the temps this process is writing now
 
 
 def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
@@ -73,16 +46,111 @@ def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
         _write(path, obj)  # type: ignore[arg-type]
         return
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    _remove_stale_temps(target)
+    tmp, fd = _create_temp(target)
     try:
-        with open(tmp, "wb") as f:
+        with open(fd, "wb") as f:
             _write(f, obj)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    finally:  # only once the temp is renamed or removed, so no sweep can take it while written
+        with _LOCK:
+            _WRITING.discard(str(tmp))
     _fsync_dir(target.parent)
+
+
+def load(path: str | os.PathLike | BinaryIO) -> Any:
+    """Read a checkpoint written by `save`. Raises `CheckpointError` for anything else."""
+    if hasattr(path, "read"):
+        return _load_from(path, getattr(path, "name", "<file>"))  # type: ignore[arg-type]
+    with open(path, "rb") as f:  # a missing or unreadable path raises its own OSError
+        return _load_from(f, os.fspath(path))
+
+
+def _load_from(f: BinaryIO, name: Any) -> Any:
+    try:
+        size = f.seek(0, os.SEEK_END)  # bounds every size the file declares
+        with zipfile.ZipFile(f) as z:
+            return read(z, size)
+    except CheckpointError as e:
+        raise CheckpointError(f"eg.load({name}): {e}") from None
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, OverflowError, KeyError,
+            IndexError, TypeError, RecursionError) as e:
+        raise CheckpointError(f"eg.load({name}): not a readable eager checkpoint (truncated or "
+                              f"corrupt): {e}") from e
+
+
+# ----- temporary files --------------------------------------------------------------------------
+def _host_tag() -> str:
+    """Who can judge a pid in a temp's name: this host and pid namespace (a container sharing
+    the folder numbers its processes on its own)."""
+    try:
+        pid_namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_namespace = ""
+    key = f"{socket.gethostname()}\0{pid_namespace}".encode()
+    return hashlib.blake2s(key, digest_size=4).hexdigest()
+
+
+def _temp_prefix(target: Path) -> str:
+    # Cut a long name so the temp's own name stays within the usual 255-byte limit.
+    return f".{os.fsdecode(os.fsencode(target.name)[:200])}."
+
+
+def _create_temp(target: Path) -> tuple[Path, int]:
+    """A new temp file next to `target`, opened for writing, and its file descriptor."""
+    prefix = f"{_temp_prefix(target)}{_host_tag()}-{os.getpid()}-"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = target.with_name(f"{prefix}{secrets.token_hex(8)}.tmp")
+        with _LOCK:
+            try:
+                fd = os.open(tmp, flags, 0o666)  # 0o666 less the umask, as open() gives
+            except FileExistsError:
+                continue
+            _WRITING.add(str(tmp))
+            return tmp, fd
+
+
+def _remove_stale_temps(target: Path) -> None:
+    """Remove the temps of `target` whose writer died mid-save: named by this host, with the
+    pid of a process that is gone, or with this process's pid but not being written by it (a
+    previous process that had the same pid)."""
+    prefix, host, me = _temp_prefix(target), _host_tag(), os.getpid()
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return
+    with _LOCK:
+        for name in names:
+            match = _TEMP.fullmatch(name, len(prefix)) if name.startswith(prefix) else None
+            if match is None or match["host"] != host:
+                continue
+            tmp, pid = target.with_name(name), int(match["pid"])
+            stale = str(tmp) not in _WRITING if pid == me else not _alive(pid)
+            if stale:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` may still be writing; when unsure, yes."""
+    if os.name == "nt":  # there os.kill(pid, 0) would send CTRL_C_EVENT, not probe
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OverflowError:  # no process has such a pid
+        return False
+    except OSError:  # PermissionError: alive, another user's
+        return True
+    return True
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -96,57 +164,3 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _decode(node: Any, arrays: list[np.ndarray]) -> Any:
-    if not isinstance(node, dict):
-        return node
-    if len(node) != 1:
-        raise CheckpointError(f"malformed checkpoint entry {node!r:.80}")
-    (kind, value), = node.items()
-    if kind in ("tensor", "ndarray", "scalar") and not (
-            isinstance(value, int) and 0 <= value < len(arrays)):
-        raise CheckpointError(f"checkpoint entry refers to array {value!r}, which does not exist")
-    if kind == "tensor":
-        return Tensor(jnp.asarray(arrays[value]))
-    if kind == "ndarray":
-        return arrays[value]
-    if kind == "scalar":
-        return arrays[value][()]
-    if kind in ("list", "tuple"):
-        items = [_decode(v, arrays) for v in value]
-        return items if kind == "list" else tuple(items)
-    if kind == "dict":
-        return {k: _decode(v, arrays) for k, v in value}
-    raise CheckpointError(f"unknown checkpoint entry kind {kind!r}")
-
-
-def load(path: str | os.PathLike | BinaryIO) -> Any:
-    """Read a checkpoint written by `save`. Raises `CheckpointError` for anything else."""
-    name = getattr(path, "name", path)
-    try:
-        with zipfile.ZipFile(path) as z:  # a path is opened and closed by ZipFile
-            manifest = json.loads(z.read("manifest.json"))
-            if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
-                raise CheckpointError(f"{name} is not an eager checkpoint (no eager manifest)")
-            if manifest.get("version") != _VERSION:
-                raise CheckpointError(f"{name}: unsupported checkpoint version "
-                                      f"{manifest.get('version')!r}")
-            arrays = [_read_array(z, i, m) for i, m in enumerate(manifest["arrays"])]
-            return _decode(manifest["tree"], arrays)
-    except CheckpointError:
-        raise
-    except FileNotFoundError:
-        raise
-    except (zipfile.BadZipFile, KeyError, IndexError, ValueError, EOFError, OSError,
-            TypeError) as e:
-        raise CheckpointError(f"{name} is not a readable eager checkpoint (truncated or "
-                              f"corrupt): {e}") from e
-
-
-def _read_array(z: zipfile.ZipFile, i: int, meta: dict) -> np.ndarray:
-    dtype, shape = jnp.dtype(meta["dtype"]), tuple(meta["shape"])
-    data = z.read(f"arrays/{i}")
-    if len(data) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
-        raise CheckpointError(f"array {i} has {len(data)} bytes, expected shape {shape} {dtype}")
-    return np.frombuffer(data, dtype=dtype.newbyteorder("<")).reshape(shape).astype(dtype)

@@ -1,20 +1,29 @@
 """Tests for checkpoints (`eg.save` / `eg.load`): exact round trips of nested containers, tensors,
 numpy arrays and scalars of every supported dtype and plain Python values; model and optimizer
-state dicts through a file; the pickle-free zip format and its rejection of anything else; and
-atomic writes that never damage an existing checkpoint.
+state dicts through a file; the pickle-free zip format and its rejection of anything else,
+hostile files included (bombs, lying sizes, odd dtypes, deep nesting), within bounded memory; and
+atomic writes that never damage an existing checkpoint, by racing threads or killed writers.
 """
 
 import io
 import json
 import os
 import pickle
+import struct
+import subprocess
+import sys
+import threading
+import tracemalloc
 import zipfile
+import zlib
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import eager as eg
+import eager.checkpoint_format as checkpoint_format
 import eager.module as M
 import eager.optimizer as optim
 import eager.serialization as serialization
@@ -335,3 +344,326 @@ def test_manifest_referring_to_a_missing_array_raises(tmp_path, ref):
         z.writestr("arrays/0", np.zeros(1, np.float32).tobytes())
     with pytest.raises(eg.CheckpointError, match="does not exist"):
         eg.load(path)
+
+
+# ----- hostile and corrupt files ----------------------------------------------------------------
+def _one_array(dtype, shape, data=b"", tree=None):
+    """A zip whose manifest declares one array `dtype`/`shape`, holding `data` as arrays/0."""
+    return {"manifest.json": _manifest(tree or {"ndarray": 0}, [{"dtype": dtype, "shape": shape}]),
+            "arrays/0": data}
+
+
+HOSTILE_ZIPS = {
+    "negative-dim": _one_array("float32", [-1]),
+    "float-dim": _one_array("float32", [1.5], b"\0" * 4),
+    "bool-dim": _one_array("float32", [True], b"\0" * 4),
+    "str-dim": _one_array("float32", ["1"], b"\0" * 4),
+    "shape-not-a-list": _one_array("float32", 1, b"\0" * 4),
+    "overflowing-shape": _one_array("float32", [2**40, 2**40, 2**40, 2**40]),
+    "huge-dim-beside-zero": _one_array("float32", [0, 10**30]),
+    "too-many-dims": _one_array("float32", [1] * 65, b"\0" * 4),
+    "unknown-dtype": _one_array("float33", [1], b"\0" * 4),
+    "float128-dtype": _one_array("float128", [1], b"\0" * 16),
+    "str-dtype": _one_array("<U1", [1], b"\0" * 4),
+    "structured-dtype": _one_array("f4,i4", [1], b"\0" * 8),
+    "subarray-dtype": _one_array("(2,)f4", [1], b"\0" * 8),
+    "datetime-dtype": _one_array("datetime64[s]", [1], b"\0" * 8),
+    "dtype-a-dict": _one_array({"names": ["a"], "formats": ["O"]}, [1], b"\0" * 8),
+    "scalar-of-a-vector": _one_array("float32", [2], b"\0" * 8, tree={"scalar": 0}),
+    "array-used-twice": _one_array("float32", [1], b"\0" * 4,
+                                   tree={"list": [{"ndarray": 0}, {"ndarray": 0}]}),
+    "bool-array-ref": _one_array("float32", [1], b"\0" * 4, tree={"ndarray": True}),
+    "array-meta-extra-key": {"manifest.json": _manifest(
+        {"ndarray": 0}, [{"dtype": "float32", "shape": [1], "offset": 3}]), "arrays/0": b"\0" * 4},
+    "arrays-not-a-list": {"manifest.json": json.dumps(
+        {"format": "eager-checkpoint", "version": 1, "tree": 1, "arrays": {"0": 1}})},
+    "no-tree": {"manifest.json": json.dumps(
+        {"format": "eager-checkpoint", "version": 1, "arrays": []})},
+    "bare-list-tree": {"manifest.json": _manifest([1, {"ndarray": 0}])},
+    "unhashable-key": {"manifest.json": _manifest({"dict": [[[1], 2]]})},
+    "dict-pair-of-three": {"manifest.json": _manifest({"dict": [[1, 2, 3]]})},
+    "dict-not-a-list": {"manifest.json": _manifest({"dict": 5})},
+    "manifest-not-utf8": {"manifest.json": b"\xff\xfe{"},
+    "huge-int-literal": {"manifest.json": _manifest(0).replace(": 0", ": " + "1" * 5000)},
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_ZIPS))
+def test_hostile_manifest_raises_checkpoint_error(name, tmp_path):
+    path = tmp_path / "bad.eg"
+    _write_zip(path, HOSTILE_ZIPS[name])
+    with pytest.raises(eg.CheckpointError):
+        eg.load(path)
+
+
+@pytest.mark.parametrize("dtype", ["float128", "<U1", "object", "datetime64[s]", "f4,i4"])
+def test_unknown_dtypes_name_the_entry(dtype, tmp_path):
+    path = tmp_path / "bad.eg"
+    _write_zip(path, _one_array(dtype, [1], b"\0" * 8))
+    with pytest.raises(eg.CheckpointError, match=r"arrays/0.*dtype"):
+        eg.load(path)
+
+
+def _peak_bytes_of_load(path):
+    """Peak memory traced while `eg.load(path)` runs; it must raise CheckpointError."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(eg.CheckpointError) as info:
+            eg.load(path)
+        return tracemalloc.get_traced_memory()[1], str(info.value)
+    finally:
+        tracemalloc.stop()
+
+
+def test_compressed_bomb_is_refused_before_inflating(tmp_path):
+    path = tmp_path / "bomb.eg"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("manifest.json", _manifest({"ndarray": 0}, [{"dtype": "float32", "shape": [1]}]))
+        info = zipfile.ZipInfo("arrays/0")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        with z.open(info, "w") as f:  # 64 MiB of zeros, deflated to 64 KB
+            for _ in range(64):
+                f.write(bytes(1 << 20))
+    assert path.stat().st_size < 1 << 20
+    peak, message = _peak_bytes_of_load(path)
+    assert peak < 2 << 20, f"load allocated {peak} bytes before refusing"
+    assert "arrays/0" in message
+
+
+def test_entry_larger_than_its_dtype_and_shape_is_refused_before_reading(tmp_path):
+    path = tmp_path / "big.eg"
+    _write_zip(path, _one_array("float32", [1], bytes(8 << 20)))
+    peak, message = _peak_bytes_of_load(path)
+    assert peak < 2 << 20, f"load allocated {peak} bytes before refusing"
+    assert "arrays/0" in message and "4 bytes" in message
+
+
+def _local_header(name, data, flags=0, method=0):
+    return struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, flags, method, 0, 0, zlib.crc32(data),
+                       len(data), len(data), len(name), 0) + name.encode()
+
+
+def _central_header(name, data, offset, flags=0, method=0):
+    return struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, flags, method, 0, 0,
+                       zlib.crc32(data), len(data), len(data), len(name), 0, 0, 0, 0, 0,
+                       offset) + name.encode()
+
+
+def _raw_zip(body, central):
+    """A zip of local entries `body` and central directory entries `central` (lists of bytes)."""
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(central), len(central),
+                      len(b"".join(central)), len(b"".join(body)), 0)
+    return b"".join(body + central) + end
+
+
+def test_overlapping_entries_cannot_multiply_what_is_read(tmp_path):
+    # arrays/0's stored bytes are arrays/1 whole (header and data): each byte of the file would be
+    # read twice, and a chain of such entries N times, from a file that holds it once.
+    big = bytes(range(256)) * 256
+    outer = _local_header("arrays/1", big) + big
+    manifest = _manifest({"list": [{"ndarray": 0}, {"ndarray": 1}]},
+                         [{"dtype": "uint8", "shape": [len(outer)]},
+                          {"dtype": "uint8", "shape": [len(big)]}]).encode()
+    body = _local_header("arrays/0", outer) + outer
+    offsets = [0, len(_local_header("arrays/0", outer)), len(body)]
+    body += _local_header("manifest.json", manifest) + manifest
+    central = [_central_header(n, d, o) for n, d, o in zip(
+        ["arrays/0", "arrays/1", "manifest.json"], [outer, big, manifest], offsets)]
+    path = tmp_path / "overlap.eg"
+    path.write_bytes(_raw_zip([body], central))
+    with zipfile.ZipFile(path) as z:  # the trick is valid zip: each entry reads on its own
+        assert z.read("arrays/0") == outer and z.read("arrays/1") == big
+    with pytest.raises(eg.CheckpointError, match="more than the"):
+        eg.load(path)
+
+
+@pytest.mark.parametrize("flags, method", [(0, zipfile.ZIP_DEFLATED), (0, zipfile.ZIP_LZMA),
+                                           (1, zipfile.ZIP_STORED), (0, 99)],
+                         ids=["deflated", "lzma", "encrypted", "unknown-method"])
+def test_compressed_encrypted_and_unknown_method_entries_are_refused(flags, method, tmp_path):
+    manifest = _manifest({"ndarray": 0}, [{"dtype": "float32", "shape": [1]}]).encode()
+    data = bytes(4)
+    if method in (zipfile.ZIP_DEFLATED, zipfile.ZIP_LZMA):  # a real compressed entry
+        path = tmp_path / "c.eg"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("manifest.json", manifest)
+            z.writestr("arrays/0", data, compress_type=method)
+    else:  # zipfile cannot write these: build the bytes
+        head = _local_header("manifest.json", manifest) + manifest
+        body = [head, _local_header("arrays/0", data, flags, method) + data]
+        central = [_central_header("manifest.json", manifest, 0),
+                   _central_header("arrays/0", data, len(head), flags, method)]
+        path = tmp_path / "c.eg"
+        path.write_bytes(_raw_zip(body, central))
+        # what zipfile itself raises: not a CheckpointError
+        with zipfile.ZipFile(path) as z, pytest.raises((RuntimeError, NotImplementedError)):
+            z.read("arrays/0")
+    with pytest.raises(eg.CheckpointError, match="arrays/0"):
+        eg.load(path)
+
+
+def _deep_manifest(depth):
+    return ('{"format": "eager-checkpoint", "version": 1, "arrays": [], "tree": '
+            + '{"list": [' * depth + "0" + "]}" * depth + "}")
+
+
+@pytest.mark.parametrize("depth", [5000, serialization.MAX_DEPTH + 1])
+def test_deeply_nested_manifest_raises_checkpoint_error(depth, tmp_path):
+    path = tmp_path / "deep.eg"
+    _write_zip(path, {"manifest.json": _deep_manifest(depth)})
+    with pytest.raises(eg.CheckpointError, match="deep"):
+        eg.load(path)
+
+
+def _nest(depth, leaf=0):
+    for i in range(depth):
+        leaf = [leaf] if i % 3 == 0 else ({"k": leaf} if i % 3 == 1 else (leaf,))
+    return leaf
+
+
+def test_nesting_up_to_the_limit_round_trips(tmp_path):
+    obj = _nest(serialization.MAX_DEPTH, np.float32(1.5))
+    assert_same(obj, _round_trip(obj, tmp_path))
+
+
+@pytest.mark.parametrize("depth", [5000, serialization.MAX_DEPTH + 1])
+def test_saving_too_deep_an_object_raises_and_keeps_the_old_file(depth, tmp_path):
+    path = tmp_path / "c.eg"
+    eg.save({"old": 1}, path)
+    with pytest.raises(eg.CheckpointError, match="deep"):
+        eg.save(_nest(depth), path)
+    assert os.listdir(tmp_path) == ["c.eg"] and eg.load(path) == {"old": 1}
+
+
+def test_saving_a_reference_cycle_raises(tmp_path):
+    looped = {"a": [1]}
+    looped["a"].append(looped)
+    with pytest.raises(eg.CheckpointError, match="itself"):
+        eg.save(looped, tmp_path / "c.eg")
+    shared = [1.0]
+    assert _round_trip([shared, shared], tmp_path) == [[1.0], [1.0]]  # sharing is not a cycle
+
+
+@pytest.mark.parametrize("name", sorted(checkpoint_format.DTYPES))
+def test_every_dtype_a_file_may_name_round_trips(name, tmp_path):
+    arr = np.array([[0, 1], [1, 0]]).astype(checkpoint_format.DTYPES[name])
+    loaded = _round_trip({"a": arr, "s": arr[0, 1]}, tmp_path)
+    assert loaded["a"].dtype == arr.dtype and loaded["a"].tobytes() == arr.tobytes()
+    assert type(loaded["s"]) is type(arr[0, 1]) and loaded["s"].tobytes() == arr[0, 1].tobytes()
+
+
+@pytest.mark.parametrize("bad", [
+    np.array([object(), 1], dtype=object),
+    np.array(["ab", "c"]),
+    np.str_("text"),
+    np.zeros(2, dtype="f4,i4"),
+    np.zeros(2, dtype="datetime64[s]"),
+], ids=["object", "str", "np-str", "structured", "datetime"])
+def test_unsupported_array_dtypes_raise_type_error_on_save(bad, tmp_path):
+    path = tmp_path / "c.eg"
+    eg.save({"old": 1}, path)
+    with pytest.raises(TypeError, match="dtype"):
+        eg.save({"x": bad}, path)
+    assert os.listdir(tmp_path) == ["c.eg"] and eg.load(path) == {"old": 1}
+
+
+# ----- concurrent writers and killed writers ----------------------------------------------------
+def test_threads_saving_to_one_path_never_collide_and_readers_see_whole_files(tmp_path):
+    path = tmp_path / "c.eg"
+    objs = {i: {"writer": i, "w": np.full(50_000, i, np.float32)} for i in range(-1, 4)}
+    eg.save(objs[-1], path)
+    errors, seen = [], set()
+    start, writers_done = threading.Barrier(5), threading.Event()
+
+    def write(obj):
+        start.wait()
+        try:
+            for _ in range(12):
+                eg.save(obj, path)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    def read():
+        start.wait()
+        try:
+            while True:
+                done = writers_done.is_set()  # read once more after the last write
+                got = eg.load(path)
+                assert_same(objs[got["writer"]], got)
+                seen.add(got["writer"])
+                if done:
+                    return
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(objs[i],)) for i in range(4)]
+    reader = threading.Thread(target=read)
+    for t in [*threads, reader]:
+        t.start()
+    for t in threads:
+        t.join()
+    writers_done.set()
+    reader.join()
+    assert errors == []
+    assert seen - {-1} and os.listdir(tmp_path) == ["c.eg"]
+
+
+_STALLED_WRITER = """
+import sys, time
+import eager as eg
+import eager.checkpoint_format as checkpoint_format
+import eager.serialization as serialization
+
+def stall(f, obj):  # write a megabyte of the temp file, say so, then wait to be killed
+    f.write(bytes(1 << 20))
+    f.flush()
+    print("writing", flush=True)
+    time.sleep(600)
+
+serialization._write = stall
+eg.save({"step": 1}, sys.argv[1])
+"""
+
+
+def test_temp_of_a_writer_killed_mid_save_is_removed_by_the_next_save(tmp_path):
+    path = tmp_path / "c.eg"
+    eg.save({"step": 0}, path)
+    child = subprocess.Popen([sys.executable, "-c", _STALLED_WRITER, str(path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[2])
+    try:
+        line = child.stdout.readline()
+    finally:
+        child.kill()  # SIGKILL: no cleanup runs in the child
+        _, err = child.communicate()
+    assert line == "writing\n", err
+    stale = [n for n in os.listdir(tmp_path) if n != "c.eg"]
+    assert len(stale) == 1 and (tmp_path / stale[0]).stat().st_size == 1 << 20
+    assert str(child.pid) in stale[0]
+    eg.save({"step": 2}, path)
+    assert os.listdir(tmp_path) == ["c.eg"] and eg.load(path) == {"step": 2}
+
+
+def test_stale_temp_cleanup_spares_live_writers_other_hosts_and_other_files(monkeypatch, tmp_path):
+    path = tmp_path / "c.eg"
+    seen = []
+    real_write = serialization._write
+
+    def spy(f, obj):
+        seen.extend(n for n in os.listdir(tmp_path) if n != "c.eg")
+        real_write(f, obj)
+
+    monkeypatch.setattr(serialization, "_write", spy)
+    eg.save({"step": 0}, path)
+    (ours,) = seen  # the temp of that save: .c.eg.<host tag>-<pid>-<random>.tmp
+    tag, pid, rand = ours[len(".c.eg."):-len(".tmp")].split("-")
+    assert pid == str(os.getpid())
+    other_tag = "0" * len(tag) if tag != "0" * len(tag) else "1" * len(tag)
+    leftover = f".c.eg.{tag}-{pid}-{'0' * len(rand)}.tmp"  # same pid, no save in flight: stale
+    live = f".c.eg.{tag}-{os.getppid()}-{rand}.tmp"  # a live process: maybe still writing
+    foreign = f".c.eg.{other_tag}-{2**31 - 2}-{rand}.tmp"  # another host: pid says nothing
+    kept = [live, foreign, ".c.eg.notes", f".d.eg.{tag}-{2**31 - 2}-{rand}.tmp", "d.eg"]
+    for name in [leftover, *kept]:
+        (tmp_path / name).write_bytes(b"x")
+    eg.save({"step": 1}, path)
+    assert sorted(os.listdir(tmp_path)) == sorted(["c.eg", *kept])
