@@ -27,3 +27,14 @@ def test_public_names_are_not_internal_modules(name):
             f"{name}/{info.name}.py; rename the module")
     for attr in public:
         assert hasattr(package, attr), f"{name}.__all__ lists {attr!r}, which does not exist"
+
+
+def test_f_nn_mirrors_every_flat_functional_name():
+    import eager.functional as F
+
+    flat = [n for n in F.__all__ if n not in ("nn", "loss")]
+    assert len(flat) > 130
+    for name in flat:
+        assert getattr(F.nn, name) is getattr(F, name), name
+    for name in F.loss.__all__:
+        assert getattr(F.loss, name) is getattr(F, name), name
