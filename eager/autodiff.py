@@ -302,3 +302,6 @@ class Function:
                 f"{n_inputs} inputs; return one per input (None where there is none)"
             )
         return [None if grads[i] is None else read(grads[i]) for i in mask]
+
+
+__all__ = ["GradManager", "Function", "no_grad"]

@@ -207,3 +207,7 @@ def set_rng_state(state: Any) -> None:
         raise bad_argument(f"set_rng_state: expects the uint32 array of shape (2,) that "
                            f"get_rng_state() returned, got {t.dtype} of shape {t.shape}")
     rebind(_state(), t.astype(np.uint32)._data)
+
+
+__all__ = ["seed", "get_state", "next_key", "normal", "uniform", "permutation", "shuffle",
+           "randint", "gamma", "beta", "poisson", "get_rng_state", "set_rng_state"]

@@ -25,3 +25,20 @@ def test_every_example_on_the_page_runs(page, capsys):
         # as if the block were a file, so error messages can quote its lines
         linecache.cache[filename] = (len(block), None, block.splitlines(True), filename)
         exec(compile(block, filename, "exec"), namespace)
+
+
+API_NAMESPACES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.autodiff",
+                  "eager.random", "eager.distributed", "eager.distributed.functional", "partial"]
+
+
+def test_the_api_reference_lists_every_public_name_and_nothing_else():
+    import importlib
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    sections = dict(re.findall(r"^## `([\w.]+)`\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M))
+    assert sorted(sections) == sorted(API_NAMESPACES)
+    for name in API_NAMESPACES:
+        listed = set(re.findall(r"^- `(\w+)", sections[name], flags=re.M))
+        public = set(importlib.import_module(name).__all__)
+        assert public - listed == set(), f"docs/api.md: add to `{name}`: {sorted(public - listed)}"
+        assert listed - public == set(), f"docs/api.md: `{name}` has no {sorted(listed - public)}"

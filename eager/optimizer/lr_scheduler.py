@@ -281,3 +281,7 @@ class OneCycleLR(LRScheduler):
                 g["betas"] = (m, *g["betas"][1:])
             else:
                 g["momentum"] = m
+
+
+__all__ = ["LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR", "LambdaLR",
+           "ExponentialLR", "LinearLR", "LinearWarmup", "OneCycleLR"]
