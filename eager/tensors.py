@@ -19,6 +19,7 @@ import numpy as np
 from . import device as _device
 from . import tape
 from .context import current as _current
+from .indexing import _axis_arg, _shape_arg, parse_index
 from .op_errors import translate as _translate
 from .ops import OPS, Op
 from .tensor_methods import TensorMethods
@@ -408,82 +409,3 @@ def _record(op: Op, key: tuple, mask: tuple, inputs: Sequence, arrays: list, out
     for i, o in enumerate(outs):
         if i not in op.nondiff_outputs and o._data.dtype.kind in "fc":
             o._node, o._out_idx = node, i
-
-
-# ----- argument normalization -------------------------------------------------------------------
-def _shape_arg(shape: Sequence) -> tuple:
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = shape[0]
-    return tuple(int(s) for s in shape)
-
-
-def _axis_arg(axis: Any) -> Any:
-    if axis is None or isinstance(axis, int):
-        return axis
-    return tuple(int(a) for a in axis)
-
-
-def parse_index(x: Tensor, index: Any) -> tuple[tuple, list]:
-    """Split an index into a static structure and its dynamic parts (ints, integer arrays).
-
-    Boolean masks become integer arrays here (their count is data-dependent, so this reads the
-    mask's value). Python ints are bounds-checked, as in numpy and PyTorch.
-    """
-    items = index if isinstance(index, tuple) else (index,)
-    consumed = sum(_dims_consumed(i) for i in items)
-    spec: list = []
-    dynamic: list = []
-    dim = 0
-    for item in items:
-        if item is None or item is Ellipsis:
-            spec.append(item)
-            if item is Ellipsis:
-                dim += x.ndim - consumed
-        elif isinstance(item, slice):
-            spec.append(("slice", *(_slice_int(v) for v in (item.start, item.stop, item.step))))
-            dim += 1
-        elif isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_)):
-            dynamic.append(_check_bound(int(item), x.shape, dim))
-            spec.append("#")
-            dim += 1
-        else:
-            arrays = _index_arrays(item)
-            dynamic.extend(arrays)
-            spec.extend("#" * len(arrays))
-            dim += len(arrays)
-    return tuple(spec), dynamic
-
-
-def _dims_consumed(item: Any) -> int:
-    if item is None or item is Ellipsis:
-        return 0
-    if isinstance(item, (Tensor, np.ndarray)) and np.dtype(item.dtype) == np.bool_:
-        return item.ndim
-    return 1
-
-
-def _slice_int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def _check_bound(i: int, shape: tuple, dim: int) -> int:
-    if dim >= len(shape):
-        raise IndexError(f"too many indices for a tensor of shape {shape}")
-    n = shape[dim]
-    if not -n <= i < n:
-        raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
-    return i % n
-
-
-def _index_arrays(item: Any) -> list:
-    if isinstance(item, Tensor):
-        if item.dtype == np.bool_:
-            return [jnp.asarray(a) for a in np.nonzero(item._host("a boolean mask index"))]
-        return [item]
-    arr = np.asarray(item)
-    if arr.dtype == np.bool_:
-        return [jnp.asarray(a) for a in np.nonzero(arr)]
-    if arr.dtype.kind not in "iu":
-        raise IndexError(f"tensors can be indexed by ints, slices, None, ..., masks and integer "
-                         f"arrays, not {type(item).__name__} of dtype {arr.dtype}")
-    return [jnp.asarray(arr)]

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from ..indexing import _axis_arg
 from ..op_errors import bad_argument
 from ..ops import OPS
-from ..tensors import Tensor, _axis_arg, apply
+from ..tensors import Tensor, apply
 
 
 def _unary(name: str):

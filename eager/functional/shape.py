@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpTypeError
+from ..indexing import _shape_arg
 from ..op_errors import bad_argument
 from ..ops import OPS
-from ..tensors import Tensor, _shape_arg, apply
+from ..tensors import Tensor, apply
 
 
 def _t(x: Any) -> Tensor:
