@@ -37,13 +37,14 @@ __all__ = [
 # ----- the tape surface -----------------------------------------------------------------------
 wrap = _tensor._wrap  # a Tensor holding an array as it is: no copy, no device move, no history
 is_recording = _tape.is_recording  # whether an op on a tracked tensor would be recorded now
+differentiable = _tape.differentiable  # whether a dtype carries gradients (bfloat16 too)
 
 
 def needs_grad(tensor: Any) -> bool:
     """True when a gradient would flow to `tensor` from an op recorded now: a GradManager
     records, and `tensor` is attached to it or derived from an attached tensor, and is float."""
-    return ((tensor._node is not None or tensor._tracked > 0) and tensor._data.dtype.kind in "fc"
-            and _tape.is_recording())
+    return ((tensor._node is not None or tensor._tracked > 0)
+            and _tape.differentiable(tensor._data.dtype) and _tape.is_recording())
 
 
 def make_node(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
@@ -125,7 +126,7 @@ def mark_leaf(tensor: Any) -> bool:
     records is set): a capture differentiated as a whole tracks every input this way. Returns
     whether it is now tracked (float tensors only); undo that with `unmark_leaf`."""
     tensor._node, tensor._out_idx = None, 0
-    if tensor._data.dtype.kind in "fc":
+    if _tape.differentiable(tensor._data.dtype):
         tensor._tracked += 1
         return True
     return False

@@ -53,6 +53,19 @@ def flags_epoch() -> int:
     return _flags[0]
 
 
+_DIFFERENTIABLE: dict[Any, bool] = {}
+
+
+def differentiable(dtype: Any) -> bool:
+    """Whether values of `dtype` carry gradients: every floating and complex type, bfloat16
+    and the float8 types included (numpy files those under kind "V", so `kind in "fc"` misses
+    them). Cached per dtype: it is asked on every recorded op."""
+    found = _DIFFERENTIABLE.get(dtype)
+    if found is None:
+        found = _DIFFERENTIABLE[dtype] = bool(jnp.issubdtype(dtype, jnp.inexact))
+    return found
+
+
 def is_recording() -> bool:
     """True when an op on a tensor with gradient history would be recorded now."""
     r, p = _STATE.get()

@@ -233,13 +233,13 @@ class TensorMethods:
         flag = getattr(self, "_requires_grad", None)
         if flag is not None:
             return flag
-        return self.dtype.kind in "fc" and (
+        return tape.differentiable(self.dtype) and (
             self._grads_by_default or self._node is not None or self._tracked > 0)
 
     @requires_grad.setter
     def requires_grad(self, flag: bool) -> None:
         flag = bool(flag)
-        if flag and self.dtype.kind not in "fc":
+        if flag and not tape.differentiable(self.dtype):
             raise bad_argument(f"requires_grad = True on a {self.dtype} tensor: only floating "
                                "tensors have gradients; cast it first (t.astype('float32'))",
                                OpTypeError)

@@ -24,6 +24,8 @@ from .op_errors import translate as _translate
 from .ops import OPS, Op
 from .tensor_methods import TensorMethods
 
+_diff = tape.differentiable
+
 _FLOAT = np.dtype(np.float32)
 _INT = np.dtype(np.int32)
 
@@ -345,7 +347,7 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
         for i, x in enumerate(inputs):
             if isinstance(x, Tensor):
                 arrays.append(x._data if h is None else h.read(x))
-                if record and (x._node is not None or x._tracked) and x._data.dtype.kind in "fc":
+                if record and (x._node is not None or x._tracked) and _diff(x._data.dtype):
                     mask.append(i)
             else:  # a nested list is an array; None, scalars and arrays pass as they are
                 arrays.append(jnp.asarray(np.asarray(x)) if isinstance(x, (list, tuple)) else x)
@@ -407,5 +409,5 @@ def _record(op: Op, key: tuple, mask: tuple, inputs: Sequence, arrays: list, out
         op=(op, key, mask, primals),
     )
     for i, o in enumerate(outs):
-        if i not in op.nondiff_outputs and o._data.dtype.kind in "fc":
+        if i not in op.nondiff_outputs and _diff(o._data.dtype):
             o._node, o._out_idx = node, i

@@ -46,7 +46,7 @@ from .messages import collective_with_breaks, updated_leaf_in_partial_trace
 from .replay import Backward, GradWrite, Recording, hand_over_past_backward, ops_of
 
 hooks = eg.hooks
-_data = hooks.data
+_data, _differentiable = hooks.data, hooks.differentiable
 _Tensor, _Tracer = eg.Tensor, jax.core.Tracer
 
 
@@ -155,7 +155,7 @@ class Logging:
 
     def eager_needs(self, t: Any, recording: bool) -> bool:
         """Whether eager code would send a gradient to `t` from an op recorded now."""
-        if not recording or _data(t).dtype.kind not in "fc":
+        if not recording or not _differentiable(_data(t).dtype):
             return False
         node = self.saved[id(t)][1][1] if id(t) in self.saved and id(t) not in self.mutated \
             else t._node
@@ -217,7 +217,7 @@ class Plan:
             self.stretch.counts.append(len(outs))
             for i, (a, hist) in enumerate(outs):
                 aval = jax.typeof(a)
-                diff = recorded and i not in op.nondiff_outputs and aval.dtype.kind in "fc"
+                diff = recorded and i not in op.nondiff_outputs and _differentiable(aval.dtype)
                 if isinstance(a, _Tracer):
                     self.values[id(a)] = (len(self.stretch.out_avals), hist, diff)
                 self.stretch.out_avals.append(aval)

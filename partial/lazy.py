@@ -48,7 +48,7 @@ logger = logging.getLogger("partial")
 hooks = eg.hooks
 _data, _history, _set_history, _wrap = hooks.data, hooks.history, hooks.set_history, hooks.wrap
 _is_recording, _needs_grad, _snapshot = hooks.is_recording, hooks.needs_grad, hooks.snapshot
-_Tensor = eg.Tensor
+_Tensor, _differentiable = eg.Tensor, hooks.differentiable
 _stop = jax.lax.stop_gradient
 
 # Where an op input comes from: a value computed earlier in the stretch, an input, nothing.
@@ -179,7 +179,7 @@ class LazyRun(hooks.CaptureHooks):
         for i, aval in enumerate(out_avals):
             p = Pending(aval, len(st.out_avals))
             st.out_avals.append(aval)
-            diff = recorded and i not in nondiff and aval.dtype.kind in "fc"
+            diff = recorded and i not in nondiff and _differentiable(aval.dtype)
             st.nondiff.append(not diff)
             t = _wrap(p)
             if diff:

@@ -397,3 +397,21 @@ def test_a_second_backward_in_one_recording_says_the_graph_was_freed():
             gm.backward(loss)
     with pytest.raises(eg.BackwardError, match="needs a recording manager"):
         GradManager().attach([w]).backward(loss)
+
+
+def test_bfloat16_tensors_carry_gradients_like_float16():
+    """numpy files bfloat16 under kind "V": it must still be recorded and differentiated."""
+    from partial import partial_trace
+
+    w0 = np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)
+    x0 = np.linspace(0, 2, 12, dtype=np.float32).reshape(4, 3)
+    expected = jax.grad(lambda w: jnp.tanh(jnp.asarray(x0, jnp.bfloat16) @ w)
+                        .astype(jnp.float32).sum())(jnp.asarray(w0, jnp.bfloat16))
+    for body in (lambda x, w: F.tanh(x @ w), partial_trace(lambda x, w: F.tanh(x @ w))):
+        w = eg.Parameter(w0.astype(jnp.bfloat16))
+        gm = GradManager().attach([w])
+        with gm:
+            gm.backward(body(eg.tensor(x0).astype(jnp.bfloat16), w).astype("float32").sum())
+        assert w.grad.dtype == jnp.bfloat16
+        np.testing.assert_allclose(w.grad.numpy().astype(np.float32),
+                                   np.asarray(expected, np.float32), rtol=1e-2)
