@@ -36,8 +36,8 @@ _PROJECT = ("eager", "xla_segments", "autograd_bridge", "partial")
 _PLUMBING = ("jax", "jaxlib")
 _STDLIB = (contextlib.__file__, ft.__file__)
 # Project functions that are not what the user called (a Module's `forward` is named by its op).
-_INTERNAL = frozenset({"apply", "translate", "locate", "checked_shape", "check_size",
-                       "check_range", "require", "bad_argument", "forward"})
+_INTERNAL = frozenset({"apply", "translate", "locate", "checked_shape", "checked_dtype",
+                       "check_size", "check_range", "require", "bad_argument", "forward"})
 # Argument kinds an op may take besides tensors (anything else is the wrong kind of argument).
 _ARRAY_KINDS = (bool, int, float, complex, np.generic, np.ndarray, jax.Array)
 
@@ -253,16 +253,25 @@ def checked_shape(shape: Any, dtype: Any = np.float32) -> tuple[int, ...]:
     except (TypeError, ValueError) as e:
         raise _creation_error(OpTypeError, f"the shape {shape!r} must be an int or a sequence "
                               f"of ints ({_first_line(e)}).") from None
-    try:
-        dtype = np.dtype(dtype)
-    except TypeError as e:
-        raise _creation_error(OpTypeError, f"{dtype!r} is not a dtype ({_first_line(e)}); use "
-                              "e.g. 'float32' or 'int32'.") from None
+    dtype = checked_dtype(dtype)
     if any(s < 0 for s in out):
         raise _creation_error(OpArgumentError, f"shape {out} has a negative size; sizes must "
                               "be >= 0.")
     check_size(out, dtype)
     return out
+
+
+def checked_dtype(dtype: Any) -> np.dtype:
+    """`dtype` as a numpy dtype, or an `OpTypeError` naming it and the user's line.
+
+    >>> checked_dtype("float32")
+    dtype('float32')
+    """
+    try:
+        return np.dtype(dtype)
+    except TypeError as e:
+        raise _creation_error(OpTypeError, f"{dtype!r} is not a dtype ({_first_line(e)}); use "
+                              "e.g. 'float32' or 'int32'.") from None
 
 
 def check_size(shape: tuple[int, ...], dtype: Any) -> None:

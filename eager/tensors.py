@@ -20,6 +20,7 @@ from . import device as _device
 from . import tape
 from .context import current as _current
 from .indexing import _axis_arg, _shape_arg, parse_index
+from .op_errors import checked_dtype as _checked_dtype
 from .op_errors import translate as _translate
 from .ops import OPS, Op
 from .tensor_methods import TensorMethods
@@ -174,7 +175,7 @@ class Tensor(TensorMethods):
         return _wrap(read(self) if h is None else h.untracked(h.read(self)))
 
     def astype(self, dtype: Any) -> Tensor:
-        return apply(OPS["astype"], self, dtype=np.dtype(dtype))
+        return apply(OPS["astype"], self, dtype=_checked_dtype(dtype))
 
     def _to_device(self, device: Any) -> Tensor:
         """A copy on `device` (a name like "gpu0"), without gradient history; see `to`."""

@@ -71,6 +71,7 @@ CASES = [
     # ----- shapes that do not fit --------------------------------------------------------------
     C("matmul inner", lambda w: w.x @ w.w, TypeErr, "matmul"),
     C("matmul 0-d", lambda w: w.scalar @ w.x, ArgErr, "matmul"),
+    C("astype bad dtype", lambda w: w.x.astype("float33"), TypeErr, "astype"),
     C("matmul batch", lambda w: eg.ones((2, 3, 4)) @ eg.ones((5, 4, 2)), ArgErr, "matmul"),
     C("F.matmul inner", lambda w: F.matmul(w.x, w.w), TypeErr, "matmul"),
     C("add broadcast", lambda w: w.x + eg.ones((4,)), ArgErr, "add"),
