@@ -61,7 +61,7 @@ def _replace_act(m, s):
 
 
 @pytest.mark.parametrize("replace", [_replace_scale, _replace_act], ids=["np.float32", "lambda"])
-def test_a_plain_module_attribute_replaced_every_step_matches_eager(replace):
+def test_a_plain_module_attribute_replaced_every_step_matches_eager(replace, frozen_gc):
     # Guards keyed by id() took the new object, which reused the dead one's id, for the old
     # one and ran a stale entry in most of these calls.
     eg.random.seed(0)
@@ -140,7 +140,7 @@ def test_a_replaced_momentum_buffer_is_the_one_used_and_updated(whole_step):
     check_against_eager(build, steps=6, compile=_xla if whole_step else partial_trace)
 
 
-def test_entries_for_a_module_argument_die_with_the_module():
+def test_entries_for_a_module_argument_die_with_the_module(frozen_gc):
     f = partial_trace(lambda m, x: F.relu(m(x)))
     x = _x(2, 3)
     most = 0
