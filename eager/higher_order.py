@@ -50,6 +50,8 @@ def vjp_op(op: Op, key: tuple, mask: tuple, n: int) -> Op:
 def backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor]) -> dict[int, list]:
     """`tape.backward`, recorded: `{id(leaf): [leaf, gradient Tensor with history]}`. The
     forward graph is kept (not freed): the outer manager's backward goes through it again."""
+    # Keyed by id: every key's object is held meanwhile (each leaf in its entry, each node by
+    # the list being walked), so no id can be reused while these dicts live.
     leaves: dict[int, list] = {}
     pending: dict[int, list] = {}
 
