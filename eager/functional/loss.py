@@ -38,8 +38,8 @@ def _check_labels(fn: str, pred: Any, label: Any, axis: int) -> int:
         raise bad_argument(f"{fn}: axis {axis} is out of range for pred of shape {shape}.")
     if _current() is not None:
         return axis
-    host = _host_labels(label)
-    if host is None or host.dtype.kind not in "iu" or host.size == 0:
+    host = host_values(label)
+    if host.dtype.kind not in "iu" or host.size == 0:
         return axis
     n = shape[axis]
     # one reduction instead of min and max: read as unsigned, a negative label is huge
@@ -51,16 +51,16 @@ def _check_labels(fn: str, pred: Any, label: Any, axis: int) -> int:
     return axis
 
 
-def _host_labels(label: Any) -> np.ndarray | None:
-    """The labels as a numpy array (this process's part of a label array sharded over
-    processes), or None if they cannot be read here."""
-    if not isinstance(label, Tensor):
-        return np.asarray(label)
-    array = read(label)
+def host_values(x: Any) -> np.ndarray:
+    """The values of `x` (labels, indices) as numpy, for checks on the host: this process's
+    part when they are sharded over processes (possibly empty)."""
+    if not isinstance(x, Tensor):
+        return np.asarray(x)
+    array = read(x)
     if getattr(array, "is_fully_addressable", True):
         return np.asarray(array)
     parts = [np.asarray(s.data).ravel() for s in array.addressable_shards]
-    return np.concatenate(parts) if parts else None
+    return np.concatenate(parts) if parts else np.zeros(0, array.dtype)
 
 
 def cross_entropy(pred: Any, label: Any, axis: int = 1, with_logits: bool = True,

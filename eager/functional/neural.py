@@ -15,7 +15,8 @@ from ..context import current as _current
 from ..errors import OpTypeError
 from ..op_errors import bad_argument, locate, require, where_text
 from ..ops import OPS
-from ..tensors import Tensor, apply, read, rebind
+from ..tensors import Tensor, apply, rebind
+from .loss import host_values
 from .math import where
 
 
@@ -228,7 +229,7 @@ def embedding(x: Any, weight: Any) -> Tensor:
 
 
 def _check_rows(x: Any, weight: Any) -> None:
-    host = _host_indices(x)
+    host = host_values(x)
     if host.dtype.kind not in "iu":
         raise bad_argument(f"embedding: indices must be integers, got dtype {host.dtype}; "
                            "convert them with .astype('int32').", OpTypeError)
@@ -240,17 +241,6 @@ def _check_rows(x: Any, weight: Any) -> None:
         raise IndexError(f"embedding: index {lo if lo < 0 else hi} is out of range for a table "
                          f"of {n} rows (weight shape {tuple(weight.shape)}); indices must lie "
                          f"in [0, {n - 1}].{where_text(locate()[1])}")
-
-
-def _host_indices(x: Any) -> np.ndarray:
-    """The indices as numpy: this process's part when they are sharded over processes."""
-    if not isinstance(x, Tensor):
-        return np.asarray(x)
-    array = read(x)
-    if getattr(array, "is_fully_addressable", True):
-        return np.asarray(array)
-    parts = [np.asarray(s.data).ravel() for s in array.addressable_shards]
-    return np.concatenate(parts) if parts else np.zeros(0, array.dtype)
 
 
 _INTERPOLATE_MODES = ("nearest", "bilinear")
