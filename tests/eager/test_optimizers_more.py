@@ -20,20 +20,7 @@ from eager.optimizer import lr_scheduler
 from partial import xla_trace
 from tests.partial.differential import World, check_against_eager
 
-RTOL, ATOL = 1e-5, 1e-6
-SHAPES = [(3,), (2, 2)]
-STEPS = 5
-
-
-def _setup(rng, shapes=SHAPES, steps=STEPS):
-    """Initial values, one fixed gradient per step for each parameter, and fresh Parameters."""
-    init = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    grads = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _ in range(steps)]
-    return init, grads, [eg.Parameter(v) for v in init]
-
-
-def _close(actual, expected):
-    np.testing.assert_allclose(actual, expected, rtol=RTOL, atol=ATOL)
+from .test_optimizers import ATOL, RTOL, SHAPES, STEPS, _close, _setup  # noqa: F401
 
 
 # ----- numpy references (float64), one parameter; each yields (param, state) per step ------------
