@@ -11,7 +11,7 @@ one backward (shared weights).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
@@ -31,14 +31,20 @@ class SegmentFunction:
         deps: per output, the indices of the inputs it depends on differentiably (empty for
             outputs that never carry a gradient: integers, statistics, stop_gradient results).
         name: the tape node's name (shown in errors about freed graphs).
+        finisher: optional `(manager, tensors, grads, sole) -> grads`, given the GradManager
+            running the backward, the differentiated input Tensors, their gradients (arrays or
+            None) and which of them get a gradient from this call alone; it may return those
+            as `eager.hooks.Finished` with the manager's callbacks applied (compiled).
     """
 
-    __slots__ = ("segment", "deps", "name", "_plans", "_forward")
+    __slots__ = ("segment", "deps", "name", "finisher", "_plans", "_forward")
 
-    def __init__(self, segment: Segment, deps: Sequence[frozenset[int]], name: str):
+    def __init__(self, segment: Segment, deps: Sequence[frozenset[int]], name: str,
+                 finisher: Callable | None = None):
         self.segment = segment
         self.deps = tuple(frozenset(d) for d in deps)
         self.name = name
+        self.finisher = finisher
         self._plans: dict[tuple[int, ...], tuple | None] = {}
         self._forward: Any = None
 
@@ -80,8 +86,16 @@ class SegmentFunction:
             return [g if i in reached else None for i, g in enumerate(grads)]
 
         as_op = None if higher is None else (higher, (), used, tuple(arrays))
-        _hooks.make_node(self.name, [tensors[i] for i in used],
-                         [results[j] for j in diff_outputs], backward, sparse=True, op=as_op)
+        inputs = [tensors[i] for i in used]
+        finish = None
+        if self.finisher is not None:
+            finisher = self.finisher
+
+            def finish(cotangents: list, sole: list, manager: Any) -> Any:
+                return finisher(manager, inputs, backward(cotangents), sole)
+
+        _hooks.make_node(self.name, inputs, [results[j] for j in diff_outputs], backward,
+                         sparse=True, op=as_op, finish=finish)
         return results
 
     def _plan(self, wrt: tuple[int, ...]) -> tuple | None:

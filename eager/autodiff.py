@@ -132,6 +132,11 @@ class GradManager:
                 out.append((t, callbacks))
         return out
 
+    def callbacks_of(self, tensor: Tensor) -> list[Callback] | None:
+        """The callbacks attached with `tensor` (in order), or None when it is not attached."""
+        entry = self._attached.get(id(tensor))
+        return None if entry is None or entry[0]() is not tensor else list(entry[1])
+
     def attached_tensors(self) -> list[Tensor]:
         """The attached tensors that are still alive, in attach order."""
         return [t for t, _ in self._entries()]
@@ -198,7 +203,7 @@ class GradManager:
             if self._nested():
                 leaves = higher_order.backward(ys, [_wrap(c) for c in cts])
             else:
-                leaves = tape.backward(ys, cts)
+                leaves = tape.backward(ys, cts, manager=self)
             self._accumulate(leaves)
         finally:
             self.release()
@@ -242,7 +247,7 @@ class GradManager:
                 t.grad = grad if t.grad is None else t.grad + grad
                 continue
             grad = _wrap(grad)
-            if callbacks:
+            if callbacks and not found[2]:  # not already applied by a compiled segment
                 with no_grad():
                     for cb in callbacks:
                         grad = cb(t, grad)

@@ -27,7 +27,8 @@ from . import tensors as _tensor
 from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
 
 __all__ = [
-    "CaptureHooks", "atomic", "bump_epoch", "capturing", "current", "epoch", "hand_over", "wrap",
+    "CaptureHooks", "Finished", "atomic", "bump_epoch", "capturing", "current", "epoch",
+    "hand_over", "wrap",
     "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies",
@@ -38,6 +39,7 @@ __all__ = [
 wrap = _tensor._wrap  # a Tensor holding an array as it is: no copy, no device move, no history
 is_recording = _tape.is_recording  # whether an op on a tracked tensor would be recorded now
 differentiable = _tape.differentiable  # whether a dtype carries gradients (bfloat16 too)
+Finished = _tape.Finished  # a leaf's gradient with its manager's callbacks applied
 
 
 def needs_grad(tensor: Any) -> bool:
@@ -49,17 +51,20 @@ def needs_grad(tensor: Any) -> bool:
 
 def make_node(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
               backward: Callable[[list], Sequence[Any]], sparse: bool = False,
-              op: tuple | None = None) -> None:
+              op: tuple | None = None, finish: Callable | None = None) -> None:
     """Record one node of the eager tape: `outputs` (Tensors) now depend on `inputs` (Tensors).
 
     In a backward pass `backward(cotangents)` receives one array per output (for outputs that
     got no gradient: zeros, or None when `sparse`) and returns one array (or None: no gradient
     reaches that input) per input. `op`, when given, is `(Op, attrs key, positions of `inputs`
     among its arguments, argument arrays)`: the same computation as an op, which a recorded
-    backward (higher-order gradients) differentiates again.
+    backward (higher-order gradients) differentiates again. `finish(cotangents, sole,
+    manager)`, when given, replaces `backward` in a backward pass run by a GradManager: the
+    gradient of an input `i` with `sole[i]` (a leaf that gets its gradient from this node
+    alone) may come back as `Finished(grad)`, the manager's callbacks already applied.
     """
     node = _tape.Node(name, backward, [_tape.parent_of(t) for t in inputs],
-                      [(o._data.shape, o._data.dtype) for o in outputs], sparse, op)
+                      [(o._data.shape, o._data.dtype) for o in outputs], sparse, op, finish)
     for i, o in enumerate(outputs):
         o._node, o._out_idx = node, i
 

@@ -72,13 +72,25 @@ def is_recording() -> bool:
     return r > 0 and p == 0
 
 
+class Finished:
+    """A leaf's whole gradient with the backwarding GradManager's callbacks already applied
+    (a compiled segment ran them in its backward): the manager accumulates it as it is."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self, grad: Any):
+        self.grad = grad
+
+
 class Node:
     """One recorded call. `vjp(cotangents) -> grads`, one grad per parent (None allowed)."""
 
-    __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed", "sparse", "op")
+    __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed", "sparse", "op",
+                 "finish")
 
     def __init__(self, name: str, vjp: Callable, parents: Sequence, out_avals: Sequence,
-                 sparse: bool = False, op: tuple | None = None):
+                 sparse: bool = False, op: tuple | None = None,
+                 finish: Callable | None = None):
         self.seq = next(_seq)
         self.name = name
         self.vjp = vjp
@@ -92,6 +104,10 @@ class Node:
         # (op, attrs key, differentiated positions, input arrays) for a registry op's node:
         # what a recorded backward (`eager.higher_order`) needs to apply the vjp as an op.
         self.op = op
+        # `finish(cotangents, sole, manager)`, optional: the vjp for a backward run by
+        # `manager`, where `sole[i]` says that parent i is a leaf this node alone sends a
+        # gradient to; the grad of such a leaf may come back as `Finished` (callbacks applied).
+        self.finish = finish
 
     def __repr__(self) -> str:
         return f"<Node {self.name} #{self.seq}{' freed' if self.freed else ''}>"
@@ -128,11 +144,14 @@ def _accumulate(store: list, index: int, g: Any) -> None:
     store[index] = g if store[index] is None else _add(store[index], g)
 
 
-def backward(targets: Sequence[Any], cotangents: Sequence[Any]) -> dict[int, list]:
+def backward(targets: Sequence[Any], cotangents: Sequence[Any],
+             manager: Any = None) -> dict[int, list]:
     """Run the backward pass from `targets` (tensors) seeded with `cotangents` (arrays).
 
-    Returns `{id(leaf): [leaf, grad array]}` for every leaf tensor reached. Every node traversed is
-    freed: its residuals are dropped and a later backward through it raises `BackwardError`.
+    Returns `{id(leaf): [leaf, grad array, finished]}` for every leaf tensor reached, where
+    `finished` says that `manager`'s callbacks were already applied to the grad (by a node's
+    `finish`, given the GradManager running the backward). Every node traversed is freed: its
+    residuals are dropped and a later backward through it raises `BackwardError`.
     """
     leaves: dict[int, list] = {}
 
@@ -143,8 +162,11 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any]) -> dict[int, lis
                 node.cts = [None] * len(node.out_avals)
             _accumulate(node.cts, index, g)
         else:
-            entry = leaves.setdefault(id(parent), [parent, None])
-            _accumulate(entry, 1, g)
+            entry = leaves.setdefault(id(parent), [parent, None, False])
+            if type(g) is Finished:  # the leaf's only contribution (`_senders` made sure)
+                entry[1], entry[2] = g.grad, True
+            else:
+                _accumulate(entry, 1, g)
 
     starts = []
     for t, ct in zip(targets, cotangents):
@@ -153,23 +175,48 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any]) -> dict[int, lis
             starts.append(t._node)
         send(parent_of(t), ct)
     order = _reachable(starts)
+    senders = _senders(order, targets) if manager is not None else None
     try:
         for node in order:
             cts, node.cts = node.cts, None
-            if cts is None:
-                continue
-            if not node.sparse:
-                cts = [jnp.zeros(s, d) if c is None else c
-                       for c, (s, d) in zip(cts, node.out_avals)]
-            grads = node.vjp(cts)
-            node.vjp = None  # drop the residuals as soon as they are used
-            for parent, g in zip(node.parents, grads):
-                if g is not None:
-                    send(parent, g)
+            if cts is not None:
+                for parent, g in zip(node.parents, _pull(node, cts, senders, manager)):
+                    if g is not None:
+                        send(parent, g)
     finally:
         for node in order:
             node.freed, node.vjp, node.parents, node.cts, node.op = True, None, (), None, None
     return leaves
+
+
+def _pull(node: Node, cts: list, senders: dict | None, manager: Any) -> Sequence[Any]:
+    """The gradients `node` sends its parents for output cotangents `cts`."""
+    if not node.sparse:
+        cts = [jnp.zeros(s, d) if c is None else c for c, (s, d) in zip(cts, node.out_avals)]
+    if senders is not None and node.finish is not None:
+        sole = [type(p) is not tuple and senders[id(p)] == 1 for p in node.parents]
+        grads = node.finish(cts, sole, manager)
+    else:
+        grads = node.vjp(cts)
+    node.vjp = None  # drop the residuals as soon as they are used
+    return grads
+
+
+def _senders(order: Sequence[Node], targets: Sequence[Any]) -> dict[int, int] | None:
+    """How many places may send a gradient to each leaf: parent slots of the nodes about to
+    run, and the targets themselves (an upper bound: a node may send it None). None when no
+    node can finish gradients (the common case: nothing to count)."""
+    if not any(node.finish is not None for node in order):
+        return None
+    count: dict[int, int] = {}
+    for node in order:
+        for p in node.parents:
+            if type(p) is not tuple:
+                count[id(p)] = count.get(id(p), 0) + 1
+    for t in targets:
+        if t._node is None:
+            count[id(t)] = count.get(id(t), 0) + 1
+    return count
 
 
 def leaf_dependencies(tensors: Sequence[Any]) -> list[list[Any]]:

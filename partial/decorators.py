@@ -22,7 +22,7 @@ _OPTIONS = {"recompile_limit": 8, "cache_size": 64}
 
 def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const: bool,
           options: dict[str, Any], donate: bool = False, graph_breaks: bool = False,
-          without_host: bool = False) -> Any:
+          without_host: bool = False, trace_gmcallback: bool = False) -> Any:
     unknown = set(options) - set(_OPTIONS)
     if unknown:
         raise TypeError(f"{kind}() got unknown option(s) {sorted(unknown)}; "
@@ -32,6 +32,7 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
                          "code cannot break; choose one")
     settings = Settings(kind, differentiable, capture_as_const, donate=donate,
                         graph_breaks=graph_breaks, without_host=without_host,
+                        trace_gmcallback=trace_gmcallback,
                         **{**_OPTIONS, **options})
 
     def decorate(f: Callable) -> Any:
@@ -46,7 +47,7 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
 def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
                   backend: str = "xla", capture_as_const: bool = False,
                   graph_breaks: bool = False, without_host: bool = False,
-                  **options: Any) -> Any:
+                  trace_gmcallback: bool = False, **options: Any) -> Any:
     """Compile a region of eager code into one XLA forward (and backward) segment.
 
     Use as `@partial_trace` or `@partial_trace(capture_as_const=True, ...)`. The region's
@@ -81,6 +82,13 @@ def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
         without_host: promise that no Python runs on a call once the region is compiled (as
             MegEngine's option): a graph break is then an `UnsupportedInRegionError` instead
             of a split. `func=` is MegEngine's spelling of `fn`.
+        trace_gmcallback: run the callbacks attached to the GradManager (`gm.attach(params,
+            callbacks=...)`) compiled, for every input whose gradient comes from the segment
+            alone: one compiled step right after the segment's backward executable applies
+            them all, and they do not run in Python. As in MegEngine, their Python side effects
+            then happen only when that step is captured; tensors they close over are read at
+            every call. Off by default (MegEngine's default is on), so that callbacks that log
+            or read values keep working; a region with graph breaks runs them in Python.
         recompile_limit: captures after which a warning explains each new capture (default 8).
         cache_size: compiled entries kept, least recently used dropped first (default 64).
 
@@ -98,7 +106,7 @@ def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
         raise ValueError(f"partial_trace: unknown backend {backend!r}; the backend is 'xla'")
     return _make(_one_function("partial_trace", fn, func), "partial_trace", True,
                  capture_as_const, options, graph_breaks=bool(graph_breaks),
-                 without_host=bool(without_host))
+                 without_host=bool(without_host), trace_gmcallback=bool(trace_gmcallback))
 
 
 def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,

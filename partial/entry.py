@@ -57,7 +57,8 @@ class Entry:
     """A captured program compiled for one guard key, with the guards it was captured under."""
 
     def __init__(self, key: tuple, program: Program, call: Call, name: str, *,
-                 differentiable: bool = True, donate: bool = False, deaths: list | None = None):
+                 differentiable: bool = True, donate: bool = False, deaths: list | None = None,
+                 finisher: Any = None):
         self.key = key
         self.program = program
         self.differentiable = differentiable
@@ -84,7 +85,7 @@ class Entry:
         self.segment = Segment(program.function(), program.in_avals, name=name,
                                options=CompileOptions(donate=self.donated,
                                                       per_rank=program.per_rank))
-        self.function = SegmentFunction(self.segment, program.deps, name)
+        self.function = SegmentFunction(self.segment, program.deps, name, finisher)
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef
         self.single_result = (jax.tree_util.treedef_is_leaf(program.out_treedef)

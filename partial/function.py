@@ -22,11 +22,15 @@ import eager as eg
 from xla_segments import Segment
 
 from .cache import CacheInfo, shared_cache
+from .gmcallback import CompiledCallbacks
 from .key import function_token
 from .settings import Settings
 from .whole import WholeRegion
 
 hooks = eg.hooks
+# How `trace_gmcallback` compiles the callbacks: as a step, without donation (the gradients
+# and parameters it reads stay the caller's).
+_STEP = Settings("xla_trace", differentiable=False)
 
 
 class TracedFunction:
@@ -42,7 +46,10 @@ class TracedFunction:
             self._cache.runner = self._whole()
 
     def _whole(self) -> WholeRegion:
-        return WholeRegion(self._name(), self._settings, self._cache)
+        finisher = None
+        if self._settings.trace_gmcallback:
+            finisher = CompiledCallbacks(self._name(), lambda f: TracedFunction(f, _STEP))
+        return WholeRegion(self._name(), self._settings, self._cache, finisher)
 
     def __repr__(self) -> str:
         return f"<{self._settings.kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"

@@ -18,3 +18,4 @@ class Settings:
     donate: bool = False
     graph_breaks: bool = False
     without_host: bool = False  # a graph break is an error: no Python runs per call
+    trace_gmcallback: bool = False  # GradManager callbacks of segment inputs run compiled

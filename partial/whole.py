@@ -32,8 +32,10 @@ hooks = eg.hooks
 class WholeRegion:
     """Runs calls of the function(s) sharing `cache` as whole compiled regions."""
 
-    def __init__(self, name: str, settings: Settings, cache: Cache):
+    def __init__(self, name: str, settings: Settings, cache: Cache,
+                 finisher: Callable | None = None):
         self.name, self.settings, self.cache = name, settings, cache
+        self.finisher = finisher  # runs GradManager callbacks compiled (trace_gmcallback)
 
     def call(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
         call = flatten_call(args, kwargs)
@@ -75,7 +77,7 @@ class WholeRegion:
                 s.kind, self.name, first, found.why)
             return self._switch_to_breaks(first).call(fn, args, kwargs)
         entry = Entry(call.key, program, call, self.name, differentiable=s.differentiable,
-                      donate=s.donate, deaths=cache.deaths)
+                      donate=s.donate, deaths=cache.deaths, finisher=self.finisher)
         cache.captures += 1
         cache.family.captures += 1
         cache.add(entry)

@@ -72,6 +72,9 @@ def test_training_equals_one_process_on_the_whole_batch(trained, kind, optimizer
     for r, res in enumerate(trained):
         for k, v in res["states"][case].items():
             np.testing.assert_allclose(v, want[k], rtol=1e-5, atol=1e-6, err_msg=f"rank {r} {k}")
+    if mode.endswith("+gmcallback"):  # compiled: its Python ran once per parameter, capturing
+        params = len(workers.training.build(kind).parameters())
+        assert trained[0]["python_calls"][case] == params
     # SyncBatchNorm's running statistics (and everything else) are identical on both ranks.
     for k, v in trained[0]["states"][case].items():
         np.testing.assert_array_equal(v, trained[1]["states"][case][k], err_msg=k)

@@ -45,7 +45,10 @@ def make_step(net: M.Module, optimizer: str, mode: str,
     opt = (optim.SGD(params, lr=0.1, momentum=0.9) if optimizer == "sgd"
            else optim.Adam(params, lr=1e-2))
     gm = GradManager().attach(params, callbacks=callbacks)
-    body = partial_trace(net) if mode == "partial_trace" else net
+    if mode.startswith("partial_trace"):  # "+gmcallback": the all-reduce compiled too
+        body = partial_trace(net, trace_gmcallback=mode.endswith("+gmcallback"))
+    else:
+        body = net
 
     def step(x: Any, y: Any) -> Any:
         opt.clear_grad()

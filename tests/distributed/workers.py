@@ -5,6 +5,7 @@ test compares in the parent."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -48,28 +49,37 @@ def collectives(compiled: bool = False) -> dict:
 
 
 TRAINING_CASES = [(k, o, m) for k in ("mlp", "cnn") for o in ("sgd", "adam")
-                  for m in ("eager", "partial_trace", "xla_trace")]
+                  for m in ("eager", "partial_trace", "xla_trace")] + [
+                      ("mlp", "sgd", "partial_trace+gmcallback"),
+                      ("cnn", "adam", "partial_trace+gmcallback")]
 
 
 @dist.launcher(n_gpus=2)
 def train(cases: list) -> dict:
     """For each (model, optimizer, mode) case, rank r trains on its half of each batch with
     SyncBatchNorm and an averaging all-reduce callback (under partial_trace SyncBatchNorm's
-    collectives are compiled into the segment, under xla_trace the callback's all-reduce too);
-    returns its final states and the single-process references on the whole batch."""
+    collectives are compiled into the segment, under xla_trace the callback's all-reduce too;
+    with trace_gmcallback, under partial_trace too); returns its final states, how often the
+    callback's Python ran, and the single-process references on the whole batch."""
     r, world = dist.get_rank(), dist.get_world_size()
     half = training.BATCH // world
-    states, references = {}, {}
+    states, references, python_calls = {}, {}, {}
     for kind, optimizer, mode in cases:
         net = training.build(kind, sync_bn=True)
-        step, _ = training.make_step(net, optimizer, mode,
-                                     callbacks=[dist.make_allreduce_cb("mean")])
+        case = f"{kind}-{optimizer}-{mode}"
+        allreduce = dist.make_allreduce_cb("mean")
+
+        def counted(p: Any, g: Any, case: str = case, allreduce: Any = allreduce) -> Any:
+            python_calls[case] = python_calls.get(case, 0) + 1
+            return allreduce(p, g)
+
+        step, _ = training.make_step(net, optimizer, mode, callbacks=[counted])
         for x, y in training.batches(kind):
             step(eg.tensor(x[r * half:(r + 1) * half]), eg.tensor(y[r * half:(r + 1) * half]))
-        states[f"{kind}-{optimizer}-{mode}"] = training.state(net)
+        states[case] = training.state(net)
         if (kind, optimizer) not in references:
             references[(kind, optimizer)] = training.reference(kind, optimizer)
-    return {"states": states,
+    return {"states": states, "python_calls": python_calls,
             "references": {f"{k}-{o}": v for (k, o), v in references.items()}}
 
 
