@@ -29,10 +29,12 @@ class Op:
         donate: `donate(**attrs) -> input positions` whose buffers a call may consume (the
             outputs replace them: optimizer updates); the dispatcher copies any that something
             else still references, so donation never destroys a value in use.
+        compiler_options: `compiler_options(**attrs) -> dict` of XLA options for the jitted
+            forward and backward of a call with these attributes (None: XLA's defaults).
     """
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
-                 "_fwd", "_bwd", "donate", "derived")
+                 "_fwd", "_bwd", "donate", "derived", "compiler_options")
 
     def __init__(
         self,
@@ -43,6 +45,7 @@ class Op:
         nondiff_outputs: tuple[int, ...] = (),
         multi_output: bool = False,
         donate: Callable[..., tuple[int, ...]] | None = None,
+        compiler_options: Callable[..., dict] | None = None,
     ):
         self.name = name
         self.fwd = fwd
@@ -54,6 +57,7 @@ class Op:
         self._bwd: dict[tuple, Callable] = {}
         self.donate = donate
         self.derived: dict[tuple, Op] = {}  # its vjp as an op, for higher-order gradients
+        self.compiler_options = compiler_options
 
     per_rank = False  # a collective over the ranks of the process group (eager.distributed)
 
@@ -66,8 +70,13 @@ class Op:
         fn = self._fwd.get(key)
         if fn is None:
             fn = self._fwd[key] = jax.jit(ft.partial(self._impl, **dict(key)),
-                                          donate_argnums=self.donated(key))
+                                          donate_argnums=self.donated(key),
+                                          compiler_options=self.options(key))
         return fn
+
+    def options(self, key: tuple) -> dict | None:
+        """The XLA compiler options of calls with attributes `key` (None: the defaults)."""
+        return None if self.compiler_options is None else self.compiler_options(**dict(key))
 
     def donated(self, key: tuple) -> tuple[int, ...]:
         """The input positions a call with attributes `key` donates (none for most ops)."""
@@ -81,7 +90,8 @@ class Op:
         """
         fn = self._bwd.get((key, mask))
         if fn is None:
-            fn = self._bwd[(key, mask)] = jax.jit(make_vjp(self, dict(key), mask))
+            fn = self._bwd[(key, mask)] = jax.jit(make_vjp(self, dict(key), mask),
+                                                  compiler_options=self.options(key))
         return fn
 
 
