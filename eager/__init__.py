@@ -35,6 +35,7 @@ from .errors import (
     DistributedError,
     EagerError,
     OpArgumentError,
+    OpIndexError,
     OpTypeError,
     WorkerError,
 )
@@ -47,7 +48,7 @@ __all__ = [
     "eye", "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
     "set_default_device", "distributed", "random", "functional", "module", "optimizer",
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
-    "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "AllocationError",
-    "AttachError", "BackwardError", "CheckpointError", "DeviceError", "DistributedError",
-    "WorkerError",
+    "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "OpIndexError",
+    "AllocationError", "AttachError", "BackwardError", "CheckpointError", "DeviceError",
+    "DistributedError", "WorkerError",
 ]

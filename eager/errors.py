@@ -39,6 +39,11 @@ class OpTypeError(OpArgumentError, TypeError):
     tensor where a float one is): also a `TypeError`, as Python's own type errors are."""
 
 
+class OpIndexError(OpArgumentError, IndexError):
+    """An index out of range (`x[10]` of 4 rows, a gather, embedding or class label past the
+    end): also an `IndexError`, as in numpy and PyTorch."""
+
+
 class AttachError(EagerError, TypeError):
     """`GradManager.attach` got something that cannot have a gradient: not a Tensor, or an
     integer or boolean tensor."""

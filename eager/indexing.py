@@ -9,6 +9,9 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from .errors import OpIndexError
+from .index_checks import check_range
+from .op_errors import bad_argument
 from .tensor_methods import TensorMethods
 
 
@@ -48,7 +51,7 @@ def parse_index(x: Any, index: Any) -> tuple[tuple, list]:
             spec.append("#")
             dim += 1
         else:
-            arrays = _index_arrays(item)
+            arrays = _index_arrays(item, x.shape, dim)
             dynamic.extend(arrays)
             spec.extend("#" * len(arrays))
             dim += len(arrays)
@@ -68,23 +71,38 @@ def _slice_int(v: Any) -> int | None:
 
 
 def _check_bound(i: int, shape: tuple, dim: int) -> int:
-    if dim >= len(shape):
-        raise IndexError(f"too many indices for a tensor of shape {shape}")
+    _check_dim(shape, dim)
     n = shape[dim]
     if not -n <= i < n:
-        raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+        raise bad_argument(f"indexing: index {i} is out of range for axis {dim} of a tensor of "
+                           f"shape {shape}; indices must lie in [{-n}, {n - 1}].", OpIndexError)
     return i % n
 
 
-def _index_arrays(item: Any) -> list:
+def _check_dim(shape: tuple, dim: int) -> None:
+    if dim >= len(shape):
+        raise bad_argument(f"indexing: too many indices for a tensor of shape {shape}.",
+                           OpIndexError)
+
+
+def _index_arrays(item: Any, shape: tuple, dim: int) -> list:
+    """The integer index arrays `item` stands for at axis `dim` (a mask: one per axis it
+    covers), checked against `shape` in eager code."""
     if isinstance(item, TensorMethods):  # every Tensor is one
         if item.dtype == np.bool_:
             return [jnp.asarray(a) for a in np.nonzero(item._host("a boolean mask index"))]
-        return [item]
-    arr = np.asarray(item)
-    if arr.dtype == np.bool_:
-        return [jnp.asarray(a) for a in np.nonzero(arr)]
-    if arr.dtype.kind not in "iu":
-        raise IndexError(f"tensors can be indexed by ints, slices, None, ..., masks and integer "
-                         f"arrays, not {type(item).__name__} of dtype {arr.dtype}")
-    return [jnp.asarray(arr)]
+        arrays = [item]
+    else:
+        arr = np.asarray(item)
+        if arr.dtype == np.bool_:
+            return [jnp.asarray(a) for a in np.nonzero(arr)]
+        if arr.dtype.kind not in "iu":
+            raise bad_argument(
+                f"indexing: tensors are indexed by ints, slices, None, ..., boolean masks and "
+                f"integer arrays, not {type(item).__name__} of dtype {arr.dtype}.", OpIndexError)
+        arrays = [jnp.asarray(arr)]
+    _check_dim(shape, dim)
+    if np.dtype(item.dtype if isinstance(item, TensorMethods) else arr.dtype).kind in "iu":
+        check_range("indexing", item, shape[dim], "index", negative=True,
+                    size=f"axis {dim} of a tensor of shape {shape}")
+    return arrays

@@ -108,6 +108,17 @@ def bad_argument(message: str, cls: type[OpArgumentError] = OpArgumentError) -> 
     return cls(message + where_text(locate(2)[1]))
 
 
+def number(value: Any, name: str) -> float:
+    """`float(value)` for a numeric attribute of a functional wrapper (`negative_slope`, `eps`),
+    or an `OpTypeError` naming the function, the attribute and the user's line."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        entry, where = locate(2)
+        raise OpTypeError(f"{_entry_name(entry, 'op')}: {name} must be a number, got "
+                          f"{value!r:.60}.{where_text(where)}") from None
+
+
 def require(op_name: str, *inputs: Any, **attrs: Any) -> None:
     """Raise the problem the specific check of op `op_name` finds with `inputs`, if any: for a
     wrapper whose op would accept a wrong argument silently (an integer convolution)."""

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..indexing import _axis_arg
-from ..op_errors import bad_argument
+from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
 
@@ -66,12 +66,12 @@ softsign.__doc__ = "x / (1 + |x|)."
 
 def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
     """x where x > 0, else negative_slope * x."""
-    return apply(OPS["leaky_relu"], x, negative_slope=float(negative_slope))
+    return apply(OPS["leaky_relu"], x, negative_slope=number(negative_slope, "negative_slope"))
 
 
 def elu(x: Any, alpha: float = 1.0) -> Tensor:
     """x where x > 0, else alpha * (exp(x) - 1); the gradient at 0 is alpha (PyTorch's)."""
-    return apply(OPS["elu"], x, alpha=float(alpha))
+    return apply(OPS["elu"], x, alpha=number(alpha, "alpha"))
 
 
 def prelu(x: Any, weight: Any) -> Tensor:
@@ -101,10 +101,10 @@ def normalize(x: Any, ord: float | None = 2, axis: Any = None, eps: float = 1e-1
     >>> F.normalize(eg.tensor([[3.0, 4.0], [0.0, 0.0]]), axis=1).numpy().tolist()
     [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
     """
-    ord = 2.0 if ord is None else float(ord)
+    ord = 2.0 if ord is None else number(ord, "ord")
     if not (ord in (math.inf, -math.inf) or ord >= 0):
         raise bad_argument(f"normalize: ord must be >= 0 or +-inf, got {ord}.")
-    return apply(OPS["normalize"], x, ord=ord, axis=_axis_arg(axis), eps=float(eps))
+    return apply(OPS["normalize"], x, ord=ord, axis=_axis_arg(axis), eps=number(eps, "eps"))
 
 
 def _shape(v: Any) -> tuple[int, ...]:
@@ -156,7 +156,7 @@ def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
 
 def norm(x: Any, ord: float | None = None, axis: Any = None, keepdims: bool = False) -> Tensor:
     """The vector p-norm over `axis` (all elements if None); `ord` None means 2."""
-    ord = 2.0 if ord is None else float(ord)
+    ord = 2.0 if ord is None else number(ord, "ord")
     if not (ord in (math.inf, -math.inf) or ord >= 0):
         raise bad_argument(f"norm: ord must be >= 0 or +-inf, got {ord}.")
     return apply(OPS["norm"], x, ord=ord, axis=_axis_arg(axis), keepdims=keepdims)

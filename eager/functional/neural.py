@@ -13,10 +13,10 @@ import numpy as np
 from .. import random as _random
 from ..context import current as _current
 from ..errors import OpTypeError
-from ..op_errors import bad_argument, locate, require, where_text
+from ..index_checks import check_range, host_values
+from ..op_errors import bad_argument, number, require
 from ..ops import OPS
 from ..tensors import Tensor, apply, rebind
-from .loss import host_values
 from .math import where
 
 
@@ -136,9 +136,9 @@ def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, pad
 
 def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
     """Max pooling over NCHW; `stride` defaults to `kernel_size`."""
-    k = _pair(kernel_size)
-    return apply(OPS["max_pool2d"], x, kernel=k, stride=_pair(stride) if stride else k,
-                 padding=_pair(padding))
+    attrs = _window(kernel_size, stride, padding)
+    require("max_pool2d", x, **attrs)  # jax takes a negative padding silently (it crops)
+    return apply(OPS["max_pool2d"], x, **attrs)
 
 
 def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
@@ -147,9 +147,17 @@ def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
     if mode not in ("average", "average_count_exclude_padding"):
         raise bad_argument(f"avg_pool2d: mode must be 'average' or "
                            f"'average_count_exclude_padding', got {mode!r}.")
+    attrs = _window(kernel_size, stride, padding)
+    require("avg_pool2d", x, **attrs)
+    return apply(OPS["avg_pool2d"], x, **attrs, count_padding=mode == "average")
+
+
+def _window(kernel_size: Any, stride: Any, padding: Any) -> dict:
+    """A pooling window's attributes; `stride` None means the kernel's size (0 is kept, for
+    the check to refuse)."""
     k = _pair(kernel_size)
-    return apply(OPS["avg_pool2d"], x, kernel=k, stride=_pair(stride) if stride else k,
-                 padding=_pair(padding), count_padding=mode == "average")
+    return {"kernel": k, "stride": k if stride is None else _pair(stride),
+            "padding": _pair(padding)}
 
 
 def adaptive_avg_pool2d(x: Any, oshp: Any) -> Tensor:
@@ -170,11 +178,11 @@ def batch_norm(x: Any, running_mean: Tensor | None = None, running_var: Tensor |
         if running_mean is None or running_var is None:
             raise bad_argument("batch_norm: inference needs running_mean and running_var.")
         return apply(OPS["batch_norm_eval"], x, running_mean, running_var, weight, bias,
-                     eps=float(eps))
-    y, mean, var = apply(OPS["batch_norm_train"], x, weight, bias, eps=float(eps))
+                     eps=number(eps, "eps"))
+    y, mean, var = apply(OPS["batch_norm_train"], x, weight, bias, eps=number(eps, "eps"))
     if inplace and running_mean is not None and running_var is not None:
         new_mean, new_var = apply(OPS["running_stats_update"], running_mean, running_var,
-                                  mean, var, momentum=float(momentum))
+                                  mean, var, momentum=number(momentum, "momentum"))
         rebind(running_mean, new_mean._data)
         rebind(running_var, new_var._data)
     return y
@@ -186,7 +194,7 @@ def layer_norm(x: Any, normalized_shape: int | Sequence[int], affine: bool = Tru
     n = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
     if not affine:
         weight = bias = None
-    return apply(OPS["layer_norm"], x, weight, bias, n_axes=n, eps=float(eps))
+    return apply(OPS["layer_norm"], x, weight, bias, n_axes=n, eps=number(eps, "eps"))
 
 
 def group_norm(x: Any, num_groups: int, affine: bool = True, weight: Any = None,
@@ -197,7 +205,8 @@ def group_norm(x: Any, num_groups: int, affine: bool = True, weight: Any = None,
                            f"{num_groups} groups.")
     if not affine:
         weight = bias = None
-    return apply(OPS["group_norm"], x, weight, bias, groups=int(num_groups), eps=float(eps))
+    return apply(OPS["group_norm"], x, weight, bias, groups=int(num_groups),
+                 eps=number(eps, "eps"))
 
 
 def dropout(x: Any, drop_prob: float, training: bool = True) -> Tensor:
@@ -205,11 +214,12 @@ def dropout(x: Any, drop_prob: float, training: bool = True) -> Tensor:
 
     Draws from the framework generator (`eg.random`), so a captured dropout is bit-identical.
     """
+    drop_prob = number(drop_prob, "drop_prob")
     if not 0.0 <= drop_prob < 1.0:
         raise bad_argument(f"dropout: drop_prob must be in [0, 1), got {drop_prob}.")
     if not training or drop_prob == 0.0:
         return x
-    return apply(OPS["dropout"], x, _random.next_key(), drop_prob=float(drop_prob))
+    return apply(OPS["dropout"], x, _random.next_key(), drop_prob=drop_prob)
 
 
 def embedding(x: Any, weight: Any) -> Tensor:
@@ -234,13 +244,8 @@ def _check_rows(x: Any, weight: Any) -> None:
         raise bad_argument(f"embedding: indices must be integers, got dtype {host.dtype}; "
                            "convert them with .astype('int32').", OpTypeError)
     n = weight.shape[0]
-    if host.size == 0:
-        return
-    lo, hi = int(host.min()), int(host.max())
-    if lo < 0 or hi >= n:
-        raise IndexError(f"embedding: index {lo if lo < 0 else hi} is out of range for a table "
-                         f"of {n} rows (weight shape {tuple(weight.shape)}); indices must lie "
-                         f"in [0, {n - 1}].{where_text(locate()[1])}")
+    check_range("embedding", host, n, "index",
+                size=f"a table of {n} rows (weight shape {tuple(weight.shape)})")
 
 
 _INTERPOLATE_MODES = ("nearest", "bilinear")
@@ -280,7 +285,7 @@ def _out_size(shape: tuple[int, ...], size: Any, scale_factor: Any) -> tuple[int
         out = _pair(size)
     else:
         scales = (scale_factor,) * 2 if np.isscalar(scale_factor) else tuple(scale_factor)
-        out = tuple(int(math.floor(n * float(s))) for n, s in zip(shape, scales))
+        out = tuple(int(math.floor(n * number(s, "scale_factor"))) for n, s in zip(shape, scales))
     if len(out) != 2 or min(out) < 1:
         raise bad_argument(f"interpolate: the output size must be two positive ints, got "
                            f"{out} (size={size!r}, scale_factor={scale_factor!r}).")
@@ -309,7 +314,7 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, attn_mask: Any = None,
 
     With `dropout_p > 0` (in training) the attention weights are dropped out before `v`.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else number(scale, "scale")
     if not (dropout_p and training):
         return apply(OPS["scaled_dot_product_attention"], q, k, v, attn_mask,
                      is_causal=bool(is_causal), scale=scale)

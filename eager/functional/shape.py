@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import OpTypeError
+from ..index_checks import check_range
 from ..indexing import _shape_arg
-from ..op_errors import bad_argument
+from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
 
@@ -87,18 +88,30 @@ def repeat(x: Any, repeats: int, axis: int | None = None) -> Tensor:
 
 
 def gather(x: Any, axis: int, index: Any) -> Tensor:
-    """out[i][j] = x[index[i][j]][j] for axis 0 (PyTorch's gather)."""
+    """out[i][j] = x[index[i][j]][j] for axis 0 (PyTorch's gather). An index outside
+    [0, x.shape[axis]) raises `OpIndexError` in eager code (in a compiled region: nan)."""
+    _check_along(x, int(axis), index, "gather")
     return apply(OPS["gather"], x, index, axis=int(axis))
 
 
 def scatter(x: Any, axis: int, index: Any, source: Any) -> Tensor:
-    """A copy of x with out[index[i][j]][j] = source[i][j] for axis 0 (PyTorch's scatter)."""
+    """A copy of x with out[index[i][j]][j] = source[i][j] for axis 0 (PyTorch's scatter). An
+    index out of range raises `OpIndexError` in eager code (in a compiled region: no write)."""
+    _check_along(x, int(axis), index, "scatter")
     return apply(OPS["scatter"], x, index, source, axis=int(axis))
 
 
 def indexing_one_hot(src: Any, index: Any, axis: int = 1, keepdims: bool = False) -> Tensor:
-    """Pick, along `axis`, the element at `index` (one per position): src[i, index[i]]."""
+    """Pick, along `axis`, the element at `index` (one per position): src[i, index[i]]. An
+    index out of range raises `OpIndexError` in eager code (in a compiled region: nan)."""
+    _check_along(src, int(axis), index, "indexing_one_hot")
     return apply(OPS["indexing_one_hot"], src, index, axis=int(axis), keepdims=keepdims)
+
+
+def _check_along(x: Any, axis: int, index: Any, fn: str) -> None:
+    shape = tuple(getattr(x, "shape", ()))
+    if -len(shape) <= axis < len(shape):  # else the op itself says what is wrong
+        check_range(fn, index, shape[axis], "index", size=f"axis {axis} of shape {shape}")
 
 
 def one_hot(x: Any, num_classes: int, dtype: Any = "float32") -> Tensor:
@@ -117,7 +130,7 @@ def pad(x: Any, pad_width: Sequence[Sequence[int]], mode: str = "constant",
         raise bad_argument(f"pad: unknown mode {mode!r}; use one of {sorted(_PAD_MODES)}.")
     widths = tuple((int(a), int(b)) for a, b in pad_width)
     return apply(OPS["pad"], x, pad_width=widths, mode=_PAD_MODES[mode],
-                 constant_value=float(constant_value))
+                 constant_value=number(constant_value, "constant_value"))
 
 
 # ----- ordering and scans along an axis ----------------------------------------------------------

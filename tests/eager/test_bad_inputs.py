@@ -20,7 +20,7 @@ import eager.functional as F
 import eager.module as M
 from partial import exclude_from_trace, partial_trace, xla_trace
 
-ArgErr, TypeErr = eg.OpArgumentError, eg.OpTypeError
+ArgErr, TypeErr, IndexErr = eg.OpArgumentError, eg.OpTypeError, eg.OpIndexError
 HERE = os.path.basename(__file__)
 
 
@@ -141,6 +141,33 @@ CASES = [
     C("norm ord", lambda w: F.norm(w.x, ord=-1), ArgErr, "norm"),
     C("group_norm groups", lambda w: F.group_norm(w.img, 2), ArgErr, "group_norm"),
     C("batch_norm no stats", lambda w: F.batch_norm(w.img), ArgErr, "batch_norm"),
+    C("max_pool2d negative padding", lambda w: F.max_pool2d(w.img, 2, padding=-1), ArgErr,
+      "max_pool2d"),
+    C("avg_pool2d stride 0", lambda w: F.avg_pool2d(w.img, 2, stride=0), ArgErr, "avg_pool2d"),
+    C("leaky_relu slope string", lambda w: F.leaky_relu(w.x, "a"), TypeErr, "leaky_relu"),
+    C("dropout p string", lambda w: F.dropout(w.x, "half"), TypeErr, "dropout"),
+    C("pad value string", lambda w: F.pad(w.x, ((1, 1), (0, 0)), constant_value="x"), TypeErr,
+      "pad"),
+    C("layer_norm eps None", lambda w: F.layer_norm(w.x, 7, eps=None), TypeErr, "layer_norm"),
+    # ----- indices -----------------------------------------------------------------------------
+    C("index out of range", lambda w: w.x[5], IndexErr, "indexing"),
+    C("too many indices", lambda w: w.x[0, 0, 0], IndexErr, "indexing"),
+    C("float index", lambda w: w.x[1.5], IndexErr, "indexing"),
+    # (in regions the values of index tensors are unknown: jax clamps, as documented)
+    C("index tensor out of range", lambda w: w.x[eg.tensor([0, 3])], IndexErr, "indexing",
+      regions=False),
+    C("setitem index out of range", lambda w: w.x.__setitem__(eg.tensor([9]), 1.0), IndexErr,
+      "indexing", regions=False),
+    C("gather out of range", lambda w: F.gather(w.x, 1, eg.tensor([[7]])), IndexErr, "gather",
+      regions=False),
+    C("scatter out of range", lambda w: F.scatter(w.x, 0, eg.tensor([[-1]]), eg.ones((1, 1))),
+      IndexErr, "scatter", regions=False),
+    C("indexing_one_hot out of range", lambda w: F.indexing_one_hot(w.logits, w.labels * 3),
+      IndexErr, "indexing_one_hot", regions=False),
+    C("embedding out of range", lambda w: F.embedding(w.labels, eg.ones((4, 2))), IndexErr,
+      "embedding", regions=False),
+    C("cross_entropy label out of range", lambda w: F.cross_entropy(w.logits, w.labels + 7),
+      IndexErr, "cross_entropy", regions=False),
     # ----- sizes of new tensors ----------------------------------------------------------------
     C("zeros huge", lambda w: eg.zeros((10**12, 10**12)), eg.AllocationError, "zeros"),
     C("ones negative", lambda w: eg.ones((-1, 3)), ArgErr, "ones"),
@@ -278,8 +305,9 @@ def test_huge_sizes_are_memory_errors_and_value_errors():
         eg.zeros((10**12, 10**12))
 
 
-def test_indexing_out_of_range_raises_index_error():
-    with pytest.raises(IndexError, match="out of bounds"):
+def test_index_errors_are_index_errors_too():
+    with pytest.raises(IndexError, match="out of range for axis 0"):
         W.x[5]
     with pytest.raises(IndexError, match="too many indices"):
         W.x[0, 0, 0]
+    assert W.x[eg.tensor([-3, 2])].shape == (2, 7)  # negative indices count from the end

@@ -333,7 +333,7 @@ def test_out_of_range_labels_raise_index_error(fn, make, bad):
     pred = eg.tensor(np.zeros((4, 10), np.float32))
     labels = [0, 9, bad, 3]
     with pytest.raises(IndexError, match=rf"{fn}: class label {bad} is out of range for 10 "
-                                         r"classes .* labels must lie in \[0, 9\]"):
+                                         r"classes .* each class label must lie in \[0, 9\]"):
         LOSSES[fn](pred, make(labels))
 
 
