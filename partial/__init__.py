@@ -12,11 +12,14 @@ A region with graph breaks (an `exclude_from_trace()` block, or a value read und
 `graph_breaks=True`) instead re-runs its Python on every call, recording ops lazily and running
 each stretch between breaks as a cached compiled segment (`lazy.py`, `breaks.py`); its first
 call is captured up to the first break and finished lazily (`handover.py`).
+
+`set_cache_dir` (or `PARTIAL_CACHE_DIR`) keeps compiled code on disk for later processes.
 """
 
 from .cache import CacheInfo
 from .decorators import exclude_from_trace, partial_trace, trace, xla_trace
 from .errors import (
+    CacheDirError,
     InvalidTensorError,
     ModuleRebindError,
     NotDifferentiableError,
@@ -28,10 +31,14 @@ from .errors import (
 )
 from .function import TracedFunction
 from .module import TracedModule
+from .persistent_cache import set_cache_dir
+from .persistent_cache import set_from_environment as _set_from_environment
 
 __all__ = [
     "partial_trace", "xla_trace", "trace", "exclude_from_trace", "TraceError", "ValueReadError",
     "UnsupportedArgumentError", "UnsupportedOutputError", "ModuleRebindError",
     "UnsupportedInRegionError", "InvalidTensorError", "NotDifferentiableError",
-    "TracedFunction", "TracedModule", "CacheInfo",
+    "TracedFunction", "TracedModule", "CacheInfo", "set_cache_dir", "CacheDirError",
 ]
+
+_set_from_environment()

@@ -37,3 +37,8 @@ class InvalidTensorError(TraceError):
 class NotDifferentiableError(TraceError):
     """An `xla_trace` step was called while a GradManager records with one of its inputs
     attached: a whole step is not differentiable from outside."""
+
+
+class CacheDirError(TraceError, OSError):
+    """The directory given to `set_cache_dir` (or `PARTIAL_CACHE_DIR`) cannot hold the persistent
+    compilation cache: it cannot be created or written to."""

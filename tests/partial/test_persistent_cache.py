@@ -1,0 +1,117 @@
+"""`partial.set_cache_dir` and `PARTIAL_CACHE_DIR`: a second process loads what the first one
+compiled (segments and eager ops), counted by jax's own monitoring events. Each process is a
+fresh interpreter, since the cache is about what a new process has to compile."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import partial
+from partial import CacheDirError, TraceError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Counts jax's compilation-cache events over one partial_trace training step. The eager op at the
+# top compiles before the cache is set, so a late `set_cache_dir` is what is exercised.
+STEP = """
+import json, sys
+import jax.monitoring
+counts = {}
+def count(event, **_):
+    counts[event] = counts.get(event, 0) + 1
+jax.monitoring.register_event_listener(count)
+import numpy as np
+import eager as eg
+import eager.module as M
+from eager.autodiff import GradManager
+import partial
+(eg.tensor([1.0, 2.0]) * 3).numpy()
+if len(sys.argv) > 1:
+    partial.set_cache_dir(sys.argv[1])
+before = dict(counts)
+eg.random.seed(0)
+net = M.Linear(4, 2)
+gm = GradManager().attach(net.parameters())
+opt = eg.optimizer.SGD(net.parameters(), lr=0.1, momentum=0.9)
+backbone = partial.partial_trace(net)
+with gm:
+    loss = (backbone(eg.tensor(np.ones((8, 4), np.float32))) ** 2).mean()
+    gm.backward(loss)
+opt.step().clear_grad()
+loss.item()
+print(json.dumps({k: v - before.get(k, 0) for k, v in counts.items()}))
+"""
+
+PREFIX = "/jax/compilation_cache/"
+
+
+def run(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("PARTIAL_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT,
+                          env={**clean, **(env or {})}, capture_output=True, text=True, timeout=120)
+
+
+def step_events(*args: str, env: dict | None = None) -> dict:
+    done = run(STEP, *args, env=env)
+    assert done.returncode == 0, done.stderr
+    return {k.removeprefix(PREFIX): v for k, v in json.loads(done.stdout.splitlines()[-1]).items()}
+
+
+def test_a_second_process_loads_the_step_from_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    first = step_events(str(cache))  # set_cache_dir, after jax has compiled an eager op
+    assert first.get("cache_hits", 0) == 0
+    assert first["cache_misses"] == first["compile_requests_use_cache"] > 0
+    files = sorted(p.name for p in cache.iterdir())
+    # the segment's forward and backward executables and the eager ops, however small
+    assert any("forward" in f for f in files) and any("backward" in f for f in files), files
+    assert len(files) == first["cache_misses"]
+
+    second = step_events(env={"PARTIAL_CACHE_DIR": str(cache)})  # the environment variable
+    assert second.get("cache_misses", 0) == 0
+    assert second["cache_hits"] == first["cache_misses"]
+
+
+SWITCH = """
+import os, sys
+import jax, jax.numpy as jnp
+import partial
+a, b = sys.argv[1:]
+jax.jit(lambda x: x + 1)(jnp.ones(3))  # before any cache: nothing written anywhere
+partial.set_cache_dir(a)
+jax.jit(lambda x: x * 2)(jnp.ones(3))
+partial.set_cache_dir(b)
+jax.jit(lambda x: x - 3)(jnp.ones(3))
+partial.set_cache_dir(None)
+jax.jit(lambda x: x / 4)(jnp.ones(3))
+print(len(os.listdir(a)), len(os.listdir(b)))
+"""
+
+
+def test_the_directory_can_change_and_none_turns_the_cache_off(tmp_path):
+    done = run(SWITCH, str(tmp_path / "a"), str(tmp_path / "b"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]
+
+
+def test_a_path_that_cannot_be_a_directory_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(CacheDirError, match="cannot be created") as info:
+        partial.set_cache_dir(blocker / "cache")
+    assert isinstance(info.value, TraceError) and isinstance(info.value, OSError)
+    with pytest.raises(CacheDirError, match="None to turn the cache off"):
+        partial.set_cache_dir("")
+
+
+def test_a_bad_environment_variable_fails_the_import_naming_it(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = run("import partial", env={"PARTIAL_CACHE_DIR": str(blocker)})
+    assert done.returncode != 0
+    assert "CacheDirError: PARTIAL_CACHE_DIR=" in done.stderr
