@@ -53,6 +53,13 @@ def _axis(axis: Any, ndim: int, what: str) -> int:
     return a % ndim
 
 
+def _axes(axis: Any) -> Any:
+    """None, an int or a tuple of ints, as a reduction's static `axis`."""
+    if axis is None:
+        return None
+    return _ints((axis,), "axis")[0] if isinstance(axis, int) else _ints((axis,), "axis")
+
+
 def _family(dtype: np.dtype) -> str:
     """The kind of number a dtype holds; an in-place update may narrow within it only."""
     for family, kind in (("bool", jnp.bool_), ("integer", jnp.integer),
@@ -137,6 +144,15 @@ class TensorMethods:
     def clone(self) -> Any:
         """A copy with its own storage that keeps the gradient history (unlike `detach`)."""
         return self._op("reshape", shape=self.shape)  # an identity op: a fresh array
+
+    def any(self, axis: Any = None, keepdims: bool = False) -> Any:
+        """Whether any element is nonzero (along `axis`): a bool tensor, as in PyTorch; use
+        `bool(x.any())` for a Python bool (a value read)."""
+        return self._op("any", axis=_axes(axis), keepdims=bool(keepdims))
+
+    def all(self, axis: Any = None, keepdims: bool = False) -> Any:
+        """Whether every element is nonzero (along `axis`): a bool tensor."""
+        return self._op("all", axis=_axes(axis), keepdims=bool(keepdims))
 
     def tolist(self) -> Any:
         """The value as nested Python lists (a Python number for a 0-d tensor): a host read."""

@@ -10,6 +10,11 @@ for _name, _fn in {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.
     defop(_name)(lambda x, *, axis, keepdims, _fn=_fn: _fn(x, axis=axis, keepdims=keepdims))
 
 
+for _name, _fn in {"any": jnp.any, "all": jnp.all}.items():
+    defop(_name, differentiable=False)(
+        lambda x, *, axis, keepdims, _fn=_fn: _fn(x, axis=axis, keepdims=keepdims))
+
+
 @defop("var")
 def var(x, *, axis, keepdims, ddof):
     return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)

@@ -27,7 +27,7 @@ FAST = settings(max_examples=6, deadline=None, derandomize=True)
 GRAD = settings(FAST, max_examples=3)
 
 COVERED = {"sort", "argsort", "topk", "cumsum", "cumprod", "einsum", "tril", "triu",
-           "count_nonzero", "nonzero", "cond_take", "interpolate"}
+           "count_nonzero", "nonzero", "cond_take", "interpolate", "any", "all"}
 
 shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5)
 
@@ -212,6 +212,19 @@ def test_triangles(shape, k, seed, name):
 def _sparse(seed, shape, dtype):
     rng = np.random.default_rng(seed)
     return (rng.integers(-2, 3, shape) * (rng.random(shape) < 0.4)).astype(dtype)
+
+
+@FAST
+@given(shape=shapes, seed=st.integers(0, 2**16), keepdims=st.booleans(), data=st.data(),
+       dtype=st.sampled_from([np.float32, np.int32, np.bool_]))
+def test_any_and_all(shape, seed, keepdims, data, dtype):
+    x = _sparse(seed, shape, dtype)
+    axis = data.draw(st.none() | st.integers(-len(shape), len(shape) - 1))
+    for name, ref in (("any", jnp.any), ("all", jnp.all)):
+        attrs = {"axis": axis, "keepdims": keepdims}
+        check_op(name, [x], lambda a, ref=ref: ref(a, axis=axis, keepdims=keepdims), attrs)
+        got = getattr(eg.tensor(x), name)(axis, keepdims)
+        assert_close(got, ref(x, axis=axis, keepdims=keepdims), 0, 0, f"Tensor.{name}")
 
 
 @FAST
