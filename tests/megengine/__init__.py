@@ -1,0 +1,1 @@
+"""MegEngine's documented behaviour, written as MegEngine users write it."""

@@ -1,0 +1,194 @@
+"""`megengine.autodiff`: GradManager attach/callbacks/record/backward semantics, nested managers
+for second order, and custom `Function` gradients."""
+
+import numpy as np
+import pytest
+
+import eager as mge
+import eager.functional as F
+from eager.autodiff import Function, GradManager
+
+
+def test_backward_of_a_scalar_fills_grad_of_attached_tensors():
+    x = mge.Parameter([1.0, 2.0, 3.0])
+    w = mge.Parameter([4.0, 5.0, 6.0])
+    gm = GradManager().attach([x])      # w is not attached
+    with gm:
+        y = (x * w).sum()
+        gm.backward(y)
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 5.0, 6.0])
+    assert w.grad is None
+
+
+def test_attach_returns_self_and_lists_attached_tensors():
+    a, b = mge.Parameter([1.0]), mge.Parameter([2.0])
+    gm = GradManager()
+    assert gm.attach([a]) is gm
+    gm.attach([b])
+    attached = gm.attached_tensors()
+    assert len(attached) == 2
+    assert any(t is a for t in attached) and any(t is b for t in attached)
+
+
+def test_callbacks_run_in_order_before_accumulation():
+    x = mge.Parameter([3.0])
+    order = []
+
+    def double(param, grad):
+        assert param is x
+        order.append("double")
+        return grad * 2
+
+    def plus_one(param, grad):
+        order.append("plus_one")
+        return grad + 1
+
+    gm = GradManager().attach([x], callbacks=[double, plus_one])
+    with gm:
+        gm.backward(x * x)               # dy/dx = 6
+    assert order == ["double", "plus_one"]
+    np.testing.assert_allclose(x.grad.numpy(), [13.0])
+
+
+def test_attaching_again_appends_callbacks():
+    x = mge.Parameter([3.0])
+    gm = GradManager().attach([x], callbacks=[lambda p, g: g * 2])
+    gm.attach([x], callbacks=[lambda p, g: g + 1])
+    with gm:
+        gm.backward(x * x)
+    np.testing.assert_allclose(x.grad.numpy(), [13.0])
+
+
+def test_backward_with_dy():
+    x = mge.Parameter([2.0])
+    gm = GradManager().attach([x])
+    with gm:
+        y = x * mge.tensor([1.0, 2.0])
+        gm.backward(y, mge.tensor([1.0, 10.0]))
+    np.testing.assert_allclose(x.grad.numpy(), [21.0])
+
+
+def test_backward_of_several_outputs():
+    x = mge.Parameter([2.0])
+    gm = GradManager().attach([x])
+    with gm:
+        y1, y2 = x * 2, x * x
+        gm.backward([y1, y2], [mge.tensor([1.0]), mge.tensor([3.0])])
+    np.testing.assert_allclose(x.grad.numpy(), [2.0 + 3.0 * 4.0])
+
+
+def test_gradients_accumulate_across_backward_calls():
+    x = mge.Parameter([1.0])
+    gm = GradManager().attach([x])
+    for k in (2.0, 5.0):
+        with gm:
+            gm.backward(x * k)
+    np.testing.assert_allclose(x.grad.numpy(), [7.0])
+    x.grad = None
+    with gm:
+        gm.backward(x * 3)
+    np.testing.assert_allclose(x.grad.numpy(), [3.0])
+
+
+def test_record_and_release():
+    x = mge.Parameter([2.0])
+    gm = GradManager().attach([x])
+    gm.record()
+    y = x ** 3
+    gm.backward(y)
+    gm.release()
+    np.testing.assert_allclose(x.grad.numpy(), [12.0])
+
+
+def test_a_second_backward_in_one_recording_fails():
+    x = mge.Parameter([2.0])
+    gm = GradManager().attach([x])
+    with gm:
+        y = x * x
+        gm.backward(y)
+        with pytest.raises(mge.BackwardError, match="freed"):
+            gm.backward(y)
+
+
+def test_ops_outside_the_recording_are_not_differentiated():
+    x = mge.Parameter([2.0])
+    gm = GradManager().attach([x])
+    z = x * 100                          # before recording starts
+    with gm:
+        y = z + x * 3
+        gm.backward(y)
+    np.testing.assert_allclose(x.grad.numpy(), [3.0])
+
+
+def test_nested_managers_give_second_order_gradients():
+    x = mge.tensor([2.0])
+    gm = GradManager().attach([x])
+    gm2 = GradManager().attach([x])
+    with gm:
+        with gm2:
+            y = x ** 3
+            gm2.backward(y)              # x.grad = 3 x^2, recorded by gm
+        z = x.grad
+        x.grad = None
+        gm.backward(z)                   # d(3 x^2)/dx = 6 x
+    np.testing.assert_allclose(z.numpy(), [12.0])
+    np.testing.assert_allclose(x.grad.numpy(), [12.0])
+
+
+def test_second_order_through_tanh():
+    a = np.array([0.3, -0.7], np.float32)
+    x = mge.tensor(a)
+    outer, inner = GradManager().attach([x]), GradManager().attach([x])
+    with outer:
+        with inner:
+            inner.backward(F.tanh(x).sum())
+        g = x.grad
+        x.grad = None
+        outer.backward(g.sum())
+    t = np.tanh(a)
+    np.testing.assert_allclose(g.numpy(), 1 - t ** 2, rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), -2 * t * (1 - t ** 2), rtol=1e-5)
+
+
+class MySigmoid(Function):
+    def forward(self, x):
+        y = 1 / (1 + F.exp(-x))
+        self.y = y
+        return y
+
+    def backward(self, dy):
+        y = self.y
+        return dy * y * (1 - y)
+
+
+def test_function_with_custom_backward():
+    x = mge.tensor([0.0, 2.0])
+    gm = GradManager().attach([x])
+    with gm:
+        y = MySigmoid()(x)
+        gm.backward(y.sum())
+    s = 1 / (1 + np.exp(-np.array([0.0, 2.0])))
+    np.testing.assert_allclose(y.numpy(), s, rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), s * (1 - s), rtol=1e-6)
+
+
+class ScaledGrad(Function):
+    """A backward chosen freely (not the true derivative), and None for an input."""
+
+    def forward(self, a, b):
+        return a * b, a + b
+
+    def backward(self, d_prod, d_sum):
+        return d_prod * 10 + d_sum, None     # None: no gradient for b
+
+
+def test_function_with_several_inputs_and_outputs():
+    a, b = mge.tensor([2.0]), mge.tensor([3.0])
+    gm = GradManager().attach([a, b])
+    with gm:
+        prod, total = ScaledGrad()(a, b)
+        gm.backward(prod + total)
+    np.testing.assert_array_equal(prod.numpy(), [6.0])
+    np.testing.assert_array_equal(total.numpy(), [5.0])
+    np.testing.assert_allclose(a.grad.numpy(), [11.0])
+    assert b.grad is None
