@@ -376,7 +376,7 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
         # The ranks' axis is bound, so per-rank collectives in the region trace as collectives.
         closed = jax.make_jaxpr(region, axis_env=[(dist.RANK_AXIS, dist.get_world_size())])(
             *call.arrays)
-        program = build_program(cap, closed, call, capture_as_const)
+        program = build_program(cap, closed, call, capture_as_const, _owner(fn))
         failed = False
     finally:
         hooks.set_tape_state(saved_tape)
@@ -384,6 +384,13 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
     program.seconds = time.perf_counter() - start
     program.epoch = epoch
     return program
+
+
+def _owner(fn: Callable) -> list:
+    """The Module a region is the forward of (`partial_trace(module)`, a bound method of a
+    module): its state counts as an argument's, never baked in by `capture_as_const`."""
+    owner = getattr(fn, "__self__", fn)
+    return [owner] if isinstance(owner, _Module) else []
 
 
 def _run(cap: Capture, fn: Callable, args: tuple, kwargs: dict) -> Any:

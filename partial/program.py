@@ -59,10 +59,12 @@ class Program:
         return region
 
 
-def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool) -> Program:
-    """The `Program` of a finished capture `cap` whose trace is `closed` (a ClosedJaxpr)."""
+def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool,
+                  owners: list = ()) -> Program:
+    """The `Program` of a finished capture `cap` whose trace is `closed` (a ClosedJaxpr);
+    `owners` are Modules whose state counts as an argument's (the module a region runs)."""
     n = cap.n_args
-    baked = _bakeable(cap, call) if capture_as_const else set()
+    baked = _bakeable(cap, [*call.objects, *owners]) if capture_as_const else set()
     # Keep the extra inputs the program uses, in order; renumber them after the arguments.
     used = {}
     for c in closed.consts:
@@ -147,11 +149,11 @@ def _state_tensors(modules: list, optimizers: Any, call: Call) -> dict[int, Any]
     return state
 
 
-def _bakeable(cap: Any, call: Call) -> set[int]:
+def _bakeable(cap: Any, objects: list) -> set[int]:
     """Input positions `capture_as_const=True` bakes in: closed-over tensors that the region
     does not rebind and that are not reachable from Module or Optimizer arguments."""
     reachable: set[int] = set()
-    for o in call.objects:
+    for o in objects:
         if isinstance(o, _Module):
             reachable.update(id(t) for t in o.parameters() + o.buffers())
         else:

@@ -2,6 +2,7 @@
 call, and receive gradients; `capture_as_const=True` bakes them in instead."""
 
 import numpy as np
+import pytest
 
 import eager as eg
 import eager.module as M
@@ -85,6 +86,18 @@ def test_capture_as_const_bakes_closed_over_tensors_but_not_module_arguments():
     np.testing.assert_allclose(f(net, x).numpy(), (net(x) * eg.tensor([1.0, 2.0])).numpy(),
                                rtol=1e-6)
     assert f.cache_info().captures == 1
+
+
+@pytest.mark.parametrize("form", ["module", "method"])
+def test_capture_as_const_never_bakes_the_traced_modules_own_parameters(form):
+    """`partial_trace(net, capture_as_const=True)`: the module is the region's argument in all
+    but name, so its parameters are inputs (they were baked, and training went stale)."""
+    net = M.Linear(2, 1)
+    traced = partial_trace(net if form == "module" else net.forward, capture_as_const=True)
+    x = _x(1, 2)
+    traced(x)
+    net.weight[...] = net.weight * 0
+    np.testing.assert_allclose(traced(x).numpy(), net(x).numpy(), rtol=1e-6)
 
 
 def test_capture_as_const_still_updates_what_the_region_rebinds():
