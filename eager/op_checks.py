@@ -260,7 +260,14 @@ def _pool(inputs: Sequence, attrs: dict) -> Found:
     if xs is None or len(xs) != 4:
         return OpArgumentError, (f"the input has shape {xs}; pooling needs a 4-d (N, C, H, W) "
                                  "tensor.")
-    return _window(attrs, ("kernel", "stride"))
+    found = _window(attrs, ("kernel", "stride"))
+    if found is None and "kernel" in attrs:
+        pad = attrs.get("padding", (0, 0))
+        if any(n + 2 * p < k for n, p, k in zip(xs[2:], pad, attrs["kernel"])):
+            return OpArgumentError, (
+                f"kernel={attrs['kernel']} is larger than the input's spatial size {xs[2:]} "
+                f"plus padding={pad}: the output would be empty; use a smaller kernel or pad.")
+    return found
 
 
 def _window(attrs: dict, positive: Sequence[str]) -> Found:

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from .checkpoint_format import MAX_DEPTH, read
 from .checkpoint_format import write as _write
 from .errors import CheckpointError
+from .tensor_methods import TensorMethods
 
 __all__ = ["MAX_DEPTH", "load", "save"]
 
@@ -64,12 +65,34 @@ def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
     _fsync_dir(target.parent)
 
 
-def load(path: str | os.PathLike | BinaryIO) -> Any:
-    """Read a checkpoint written by `save`. Raises `CheckpointError` for anything else."""
+def load(path: str | os.PathLike | BinaryIO, map_location: Any = None) -> Any:
+    """Read a checkpoint written by `save`. Raises `CheckpointError` for anything else.
+
+    `map_location` (MegEngine's and PyTorch's argument) puts the tensors on a device: a device
+    name (`"cpu0"`), or a dict from the device a tensor was saved from to the one to load it
+    on (`{"gpu0": "cpu0"}`); None loads them on the default device.
+    """
     if hasattr(path, "read"):
-        return _load_from(path, getattr(path, "name", "<file>"))  # type: ignore[arg-type]
-    with open(path, "rb") as f:  # a missing or unreadable path raises its own OSError
-        return _load_from(f, os.fspath(path))
+        obj = _load_from(path, getattr(path, "name", "<file>"))  # type: ignore[arg-type]
+    else:
+        with open(path, "rb") as f:  # a missing or unreadable path raises its own OSError
+            obj = _load_from(f, os.fspath(path))
+    return obj if map_location is None else _mapped(obj, map_location)
+
+
+def _mapped(obj: Any, location: Any) -> Any:
+    """`obj` with every tensor moved as `map_location` says."""
+    if not isinstance(location, (str, dict)):
+        raise TypeError(f"load: map_location must be a device name or a dict of device names, "
+                        f"got {type(location).__name__}")
+    if isinstance(obj, TensorMethods):
+        target = location if isinstance(location, str) else location.get(obj.device)
+        return obj if target is None else obj.to(target)
+    if isinstance(obj, dict):
+        return {k: _mapped(v, location) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_mapped(v, location) for v in obj)
+    return obj
 
 
 def _load_from(f: BinaryIO, name: Any) -> Any:

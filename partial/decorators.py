@@ -111,7 +111,7 @@ def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
 
 def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
               donate: bool = True, graph_breaks: bool = False, without_host: bool = False,
-              **options: Any) -> Any:
+              symbolic_shape: bool = False, **options: Any) -> Any:
     """Compile a whole training step (forward, `gm.backward`, `opt.step()`) into one XLA
     executable that updates the model and optimizer in place.
 
@@ -135,6 +135,8 @@ def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
     stretches between breaks run as compiled segments, `gm.backward` running eagerly over
     their tape nodes. Nothing is donated then. With `without_host=True` (MegEngine's option) a
     break is an `UnsupportedInRegionError` instead: the step is one executable or nothing.
+    `symbolic_shape` is accepted for MegEngine code: either way each new input shape compiles
+    its own executable (shapes are always concrete here).
 
     >>> import eager as eg, eager.module as M, eager.optimizer as optim
     >>> from eager.autodiff import GradManager
@@ -152,17 +154,20 @@ def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
     >>> losses[2] < losses[0]
     True
     """
+    del symbolic_shape  # accepted so MegEngine code runs unchanged; shapes are always concrete
     return _make(fn, "xla_trace", False, capture_as_const, options, donate=bool(donate),
                  graph_breaks=bool(graph_breaks), without_host=bool(without_host))
 
 
 def trace(function: Callable | None = None, *, symbolic: bool = True,
-          capture_as_const: bool = False, without_host: bool = False, **options: Any) -> Any:
+          capture_as_const: bool = False, without_host: bool = False,
+          symbolic_shape: bool = True, **options: Any) -> Any:
     """MegEngine's classic `trace` (`megengine.jit.trace`), as `xla_trace`: the decorated
     step (forward, `gm.backward`, `opt.step()`) compiles into one executable.
 
-    `symbolic` is accepted for MegEngine code; both values compile the whole function (this
-    project has no imperative tracing mode). Options are `xla_trace`'s.
+    `symbolic` and `symbolic_shape` are accepted for MegEngine code: both values of `symbolic`
+    compile the whole function (this project has no imperative tracing mode), and each new
+    input shape compiles its own executable. Options are `xla_trace`'s.
 
     >>> import eager as eg
     >>> @trace(symbolic=True)
@@ -171,7 +176,7 @@ def trace(function: Callable | None = None, *, symbolic: bool = True,
     >>> double(eg.ones(2)).numpy().tolist()
     [2.0, 2.0]
     """
-    del symbolic  # both modes compile; accepted so MegEngine code runs unchanged
+    del symbolic, symbolic_shape  # both modes compile; accepted so MegEngine code runs unchanged
     return xla_trace(function, capture_as_const=capture_as_const, without_host=without_host,
                      **options)
 

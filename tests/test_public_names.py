@@ -32,9 +32,10 @@ def test_public_names_are_not_internal_modules(name):
 def test_f_nn_mirrors_every_flat_functional_name():
     import eager.functional as F
 
-    flat = [n for n in F.__all__ if n not in ("nn", "loss")]
+    flat = [n for n in F.__all__ if n not in ("nn", "loss", "vision")]
     assert len(flat) > 130
     for name in flat:
         assert getattr(F.nn, name) is getattr(F, name), name
-    for name in F.loss.__all__:
-        assert getattr(F.loss, name) is getattr(F, name), name
+    for space in (F.loss, F.vision):
+        for name in space.__all__:
+            assert getattr(space, name) is getattr(F, name), name

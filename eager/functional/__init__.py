@@ -1,6 +1,6 @@
 """Functional ops, as `import eager.functional as F`: flat names plus MegEngine's `F.nn` and
 `F.loss` namespaces. `F.nn` holds every flat name (ported code writes `F.nn.relu`,
-`F.nn.conv2d` and `F.nn.sum` alike); `F.loss` the losses.
+`F.nn.conv2d` and `F.nn.sum` alike); `F.loss` the losses; `F.vision` the image functions.
 
 >>> import eager as eg, eager.functional as F
 >>> F.relu(eg.tensor([-1.0, 2.0])).numpy().tolist()
@@ -11,6 +11,7 @@ True
 
 from . import loss as loss
 from . import nn as nn
+from . import vision as vision
 from .nn import *  # noqa: F403
 
-__all__ = ["nn", "loss", *nn.__all__]
+__all__ = ["nn", "loss", "vision", *nn.__all__]

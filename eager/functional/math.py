@@ -36,6 +36,7 @@ def _binary(name: str):
 
 
 add, sub, mul, div, pow = (_binary(n) for n in ("add", "sub", "mul", "div", "pow"))
+floor_div, mod = _binary("floor_div"), _binary("mod")  # x // y and x % y
 maximum, minimum = _binary("maximum"), _binary("minimum")
 equal, not_equal = _binary("equal"), _binary("not_equal")
 less, less_equal = _binary("less"), _binary("less_equal")
@@ -162,7 +163,8 @@ def norm(x: Any, ord: float | None = None, axis: Any = None, keepdims: bool = Fa
     return apply(OPS["norm"], x, ord=ord, axis=_axis_arg(axis), keepdims=keepdims)
 
 __all__ = [
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum", "equal", "not_equal", "less",
+    "add", "sub", "mul", "div", "floor_div", "mod", "pow", "maximum", "minimum", "equal",
+    "not_equal", "less",
     "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "logical_xor",
     "logical_not", "neg", "abs", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh",
     "sigmoid", "relu", "gelu", "silu", "softplus", "leaky_relu", "isnan", "isinf", "round",

@@ -114,8 +114,19 @@ def _check_along(x: Any, axis: int, index: Any, fn: str) -> None:
         check_range(fn, index, shape[axis], "index", size=f"axis {axis} of shape {shape}")
 
 
+def copy(x: Any, device: Any = None) -> Tensor:
+    """A copy of `x` (MegEngine's `F.copy`), on `device` when given. The copy keeps the
+    gradient history; a move to another device has none (as `Tensor.to`)."""
+    x = x if isinstance(x, Tensor) else Tensor(x)
+    return x.clone() if device is None else x.to(device)
+
+
 def one_hot(x: Any, num_classes: int, dtype: Any = "float32") -> Tensor:
     """One-hot encoding of integer `x` along a new last axis."""
+    if np.dtype(getattr(x, "dtype", np.asarray(x).dtype)).kind not in "iu":
+        raise bad_argument(f"one_hot: x must hold integer class indices, got dtype "
+                           f"{np.dtype(getattr(x, 'dtype', np.asarray(x).dtype))}; convert it "
+                           "with .astype('int32').", OpTypeError)
     return apply(OPS["one_hot"], x, num_classes=int(num_classes), dtype=np.dtype(dtype))
 
 
@@ -264,5 +275,6 @@ def cond_take(mask: Any, x: Any) -> tuple[Tensor, Tensor]:
 __all__ = [
     "reshape", "flatten", "transpose", "expand_dims", "squeeze", "broadcast_to", "concat",
     "stack", "split", "tile", "repeat", "gather", "scatter", "indexing_one_hot", "one_hot", "pad",
+    "copy",
     "sort", "argsort", "topk", "cumsum", "cumprod", "tril", "triu", "nonzero", "cond_take",
 ]

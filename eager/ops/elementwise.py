@@ -13,6 +13,15 @@ from jax.scipy import special
 
 from .registry import defop
 
+
+def _round_half_away(x):
+    """MegEngine's round (C's `roundf`): halves go away from zero, where jnp.round goes to
+    even. `x - trunc(x)` is exact, so values just below a half are not pushed over it."""
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    t = jnp.trunc(x)
+    return jnp.where(jnp.abs(x - t) >= 0.5, t + jnp.sign(x), t)
+
 _ARITHMETIC = {
     "add": jnp.add,
     "sub": jnp.subtract,
@@ -57,7 +66,7 @@ _ARITHMETIC = {
     "square": jnp.square,
     "logsigmoid": jax.nn.log_sigmoid,
     "softsign": jax.nn.soft_sign,
-    "round": jnp.round,
+    "round": _round_half_away,
     "floor": jnp.floor,
     "ceil": jnp.ceil,
     "sign": jnp.sign,

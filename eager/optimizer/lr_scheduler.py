@@ -23,13 +23,20 @@ class LRScheduler:
 
     _unsaved: tuple[str, ...] = ("optimizer", "lr_lambdas")  # not in state_dict()
 
-    def __init__(self, optimizer: Optimizer, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, last_epoch: int = -1,
+                 current_epoch: int | None = None):
         self.optimizer = optimizer
         for g in optimizer.param_groups:
             g.setdefault("initial_lr", g["lr"])
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
-        self.last_epoch = last_epoch
+        # MegEngine names the starting epoch `current_epoch`, PyTorch `last_epoch`: both work
+        self.last_epoch = last_epoch if current_epoch is None else int(current_epoch)
         self.step()
+
+    @property
+    def current_epoch(self) -> int:
+        """MegEngine's name of `last_epoch`: the epoch whose lr is set now."""
+        return self.last_epoch
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         raise NotImplementedError
@@ -54,9 +61,10 @@ class StepLR(LRScheduler):
     """lr = base * gamma ** (epoch // step_size)."""
 
     def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1,
-                 last_epoch: int = -1):
+                 last_epoch: int = -1,
+                 current_epoch: int | None = None):
         self.step_size, self.gamma = step_size, gamma
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, current_epoch)
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         return base_lr * self.gamma ** (epoch // self.step_size)
@@ -66,9 +74,10 @@ class MultiStepLR(LRScheduler):
     """lr = base * gamma ** (number of milestones <= epoch)."""
 
     def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
-                 last_epoch: int = -1):
+                 last_epoch: int = -1,
+                 current_epoch: int | None = None):
         self.milestones, self.gamma = sorted(milestones), gamma
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, current_epoch)
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         return base_lr * self.gamma ** bisect.bisect_right(self.milestones, epoch)
@@ -78,9 +87,10 @@ class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (base - eta_min) * (1 + cos(pi * epoch / T_max)) / 2."""
 
     def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,
-                 last_epoch: int = -1):
+                 last_epoch: int = -1,
+                 current_epoch: int | None = None):
         self.T_max, self.eta_min = T_max, eta_min
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, current_epoch)
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         cos = (1 + math.cos(math.pi * epoch / self.T_max)) / 2
@@ -92,13 +102,14 @@ class LambdaLR(LRScheduler):
 
     def __init__(self, optimizer: Optimizer,
                  lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
-                 last_epoch: int = -1):
+                 last_epoch: int = -1,
+                 current_epoch: int | None = None):
         n = len(optimizer.param_groups)
         many = isinstance(lr_lambda, (list, tuple))
         self.lr_lambdas = list(lr_lambda) if many else [lr_lambda] * n
         if len(self.lr_lambdas) != n:
             raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} functions for {n} param groups")
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, current_epoch)
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         return base_lr * self.lr_lambdas[group](epoch)
@@ -107,9 +118,10 @@ class LambdaLR(LRScheduler):
 class ExponentialLR(LRScheduler):
     """lr = base * gamma ** epoch."""
 
-    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1):
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1,
+                 current_epoch: int | None = None):
         self.gamma = gamma
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, current_epoch)
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         return base_lr * self.gamma**epoch
@@ -120,13 +132,14 @@ class LinearLR(LRScheduler):
     `end_factor` over `total_iters` epochs, then staying there."""
 
     def __init__(self, optimizer: Optimizer, start_factor: float = 1 / 3,
-                 end_factor: float = 1.0, total_iters: int = 5, last_epoch: int = -1):
+                 end_factor: float = 1.0, total_iters: int = 5, last_epoch: int = -1,
+                 current_epoch: int | None = None):
         require(0 < start_factor <= 1, "LinearLR", "start_factor", start_factor, "in (0, 1]")
         require(0 <= end_factor <= 1, "LinearLR", "end_factor", end_factor, "in [0, 1]")
         require(total_iters > 0, "LinearLR", "total_iters", total_iters, "> 0")
         self.start_factor, self.end_factor = start_factor, end_factor
         self.total_iters = total_iters
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, current_epoch)
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         done = min(epoch, self.total_iters) / self.total_iters
@@ -151,14 +164,15 @@ class LinearWarmup(LRScheduler):
     _unsaved = ("optimizer", "scheduler")
 
     def __init__(self, scheduler: LRScheduler | Optimizer, warmup_steps: int,
-                 start_factor: float = 1e-3, last_epoch: int = -1):
+                 start_factor: float = 1e-3, last_epoch: int = -1,
+                 current_epoch: int | None = None):
         require(warmup_steps >= 0, "LinearWarmup", "warmup_steps", warmup_steps, ">= 0")
         require(0 <= start_factor <= 1, "LinearWarmup", "start_factor", start_factor,
                 "in [0, 1]")
         inner = scheduler if isinstance(scheduler, LRScheduler) else None
         self.scheduler = inner
         self.warmup_steps, self.start_factor = warmup_steps, start_factor
-        super().__init__(scheduler.optimizer if inner else scheduler, last_epoch)
+        super().__init__(scheduler.optimizer if inner else scheduler, last_epoch, current_epoch)
 
     def factor(self, epoch: int) -> float:
         if epoch >= self.warmup_steps:
@@ -217,7 +231,8 @@ class OneCycleLR(LRScheduler):
                  base_momentum: float | Sequence[float] = 0.85,
                  max_momentum: float | Sequence[float] = 0.95, div_factor: float = 25.0,
                  final_div_factor: float = 1e4, three_phase: bool = False,
-                 last_epoch: int = -1):
+                 last_epoch: int = -1,
+                 current_epoch: int | None = None):
         if total_steps is None:
             if epochs is None or steps_per_epoch is None:
                 raise OpArgumentError("OneCycleLR: give total_steps, or epochs and "
@@ -245,7 +260,7 @@ class OneCycleLR(LRScheduler):
         if last_epoch == -1:  # the lr the cycle starts from is the schedule's base lr
             for g, top in zip(groups, self.max_lrs):
                 g["initial_lr"] = top / div_factor
-        super().__init__(optimizer, last_epoch)
+        super().__init__(optimizer, last_epoch, current_epoch)
 
     def _anneal(self, epoch: int, points: list[float]) -> float:
         """The value at `epoch` on the phases from points[i] to points[i + 1]."""

@@ -52,7 +52,9 @@ UNARY = {
     "gelu": (lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2))), REAL),
     "silu": (lambda x: x / (1 + jnp.exp(-x)), REAL),
     "softplus": (lambda x: jnp.log(1 + jnp.exp(x)), REAL),
-    "round": (jnp.round, REAL),
+    # halves away from zero (MegEngine's roundf), elsewhere as jnp.round
+    "round": (lambda x: jnp.where(jnp.abs(x - jnp.trunc(x)) == 0.5, jnp.trunc(x) + jnp.sign(x),
+                                  jnp.round(x)), REAL),
     "floor": (jnp.floor, REAL),
     "ceil": (jnp.ceil, REAL),
     "sign": (jnp.sign, REAL),

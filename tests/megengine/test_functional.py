@@ -239,3 +239,28 @@ def test_embedding_and_pad():
                                   [[3.0, 4.0], [1.0, 2.0]])
     padded = F.nn.pad(mge.tensor([[1.0, 2.0]]), ((1, 1), (0, 0)))
     np.testing.assert_array_equal(padded.numpy(), [[0, 0], [1, 2], [0, 0]])
+
+
+def test_round_goes_half_away_from_zero_as_roundf():
+    x = mge.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, 1.2])
+    np.testing.assert_array_equal(F.round(x).numpy(), [1, 2, 3, -1, -3, 0, 1])
+
+
+def test_floor_div_mod_copy_and_the_vision_namespace():
+    a, b = mge.tensor([7, -7, 6]), mge.tensor([2, 2, -4])
+    np.testing.assert_array_equal(F.floor_div(a, b).numpy(), [3, -4, -2])
+    np.testing.assert_array_equal(F.mod(a, b).numpy(), [1, 1, -2])
+    x = mge.tensor([1.0, 2.0])
+    y = F.copy(x, "cpu0")
+    assert y is not x and y.device == "cpu0"
+    np.testing.assert_array_equal(y.numpy(), [1.0, 2.0])
+    up = F.vision.interpolate(mge.tensor(np.arange(4.0).reshape(1, 1, 2, 2)), scale_factor=2.0,
+                              mode="nearest")
+    np.testing.assert_array_equal(up.numpy()[0, 0, 0], [0, 0, 1, 1])
+
+
+def test_one_hot_needs_integer_classes_and_pooling_a_non_empty_output():
+    with pytest.raises(TypeError, match="one_hot: x must hold integer class indices"):
+        F.one_hot(mge.tensor([1.5]), 3)
+    with pytest.raises(ValueError, match="larger than the input's spatial size"):
+        F.max_pool2d(mge.tensor(np.ones((1, 1, 2, 2), np.float32)), 3)

@@ -137,3 +137,15 @@ def test_clip_grad_norm_and_value():
     optim.clip_grad_value([a, b], lower=-0.7, upper=0.7)
     np.testing.assert_allclose(a.grad.numpy(), [0.6, 0.0], rtol=1e-5)
     np.testing.assert_allclose(b.grad.numpy(), [0.7], rtol=1e-6)
+
+
+def test_schedulers_take_megengines_current_epoch():
+    w = mge.Parameter(np.ones(1, np.float32))
+    opt = optim.SGD([w], lr=1.0)
+    sched = optim.MultiStepLR(opt, [2, 4], gamma=0.1, current_epoch=-1)
+    lrs = []
+    for _ in range(5):
+        lrs.append(opt.param_groups[0]["lr"])
+        sched.step()
+    np.testing.assert_allclose(lrs, [1.0, 1.0, 0.1, 0.1, 0.01])
+    assert sched.current_epoch == 5

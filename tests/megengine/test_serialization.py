@@ -34,3 +34,12 @@ def test_nested_values_round_trip(tmp_path):
     assert out["list"][:2] == [1, "s"]
     np.testing.assert_array_equal(out["list"][2], np.arange(3))
     assert out["n"] == {"x": 3.5}
+
+
+def test_load_with_map_location(tmp_path):
+    path = tmp_path / "ckpt.mge"
+    mge.save({"w": mge.tensor([1.0, 2.0]), "rest": [mge.zeros(1), 3]}, path)
+    for where in ("cpu0", {"gpu0": "cpu0"}):
+        got = mge.load(path, map_location=where)
+        assert got["w"].device == "cpu0" and got["rest"][1] == 3
+        np.testing.assert_array_equal(got["w"].numpy(), [1.0, 2.0])

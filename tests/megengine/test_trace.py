@@ -354,3 +354,10 @@ def test_user_exceptions_propagate_unchanged():
             assert info.value is err
         else:
             np.testing.assert_array_equal(f(mge.tensor([1.0]), fail).numpy(), [2.0])
+
+
+def test_trace_options_of_megengine_are_accepted():
+    f = xla_trace(symbolic_shape=False)(lambda x: x * 2)
+    g = trace(symbolic=True, symbolic_shape=True)(lambda x: x + 1)
+    np.testing.assert_array_equal(f(mge.ones(2)).numpy(), [2.0, 2.0])
+    np.testing.assert_array_equal(g(mge.ones(2)).numpy(), [2.0, 2.0])
