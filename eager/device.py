@@ -53,3 +53,27 @@ def set_default_device(device: str) -> None:
 def default() -> jax.Device | None:
     """The device set by `set_default_device`, or None for jax's default."""
     return _default
+
+
+# Note [committed arrays]: jax keys the executables of a jitted function by whether each argument
+# is committed to a device, and the results of a computation over committed arrays are committed.
+# A step's outputs (parameters after `opt.step()`, a segment's results) are committed, so if new
+# tensors were not, the second step would miss every cache entry the first one compiled and
+# compile each eager op again. So in a process with one device every array a tensor is created
+# from is committed to it. With several devices new arrays stay uncommitted, as jax makes them:
+# an unreplicated module then still runs on a batch sharded over a mesh (jax moves uncommitted
+# arguments to where the others lie, but refuses committed ones on different devices), and
+# there the second step does not recompile anyway once parameters are replicated.
+def commit(array: Any, like: Any = None) -> Any:
+    """`array` committed where the array `like` lies when `like` is committed (a loaded value
+    keeps the layout of the tensor it replaces), else, in a process with one device, on that
+    device (Note [committed arrays]). Tracers and committed arrays are returned as they are."""
+    if isinstance(array, jax.core.Tracer):
+        return array
+    if like is not None and getattr(like, "committed", False):
+        return jax.device_put(array, like.sharding)
+    if not isinstance(array, jax.Array):
+        array = jax.numpy.asarray(array)
+    if array.committed or jax.device_count() > 1:
+        return array
+    return jax.device_put(array, next(iter(array.devices())))

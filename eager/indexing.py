@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
+from .device import commit
 from .errors import OpIndexError
 from .index_checks import check_range
 from .op_errors import bad_argument
@@ -85,22 +86,29 @@ def _check_dim(shape: tuple, dim: int) -> None:
                            OpIndexError)
 
 
+def _on_device(host: np.ndarray) -> Any:
+    """A host index array on the device, committed like the tensors it indexes (Note
+    [committed arrays] in device.py); `device_put` rather than `jnp.asarray`, which compiles a
+    staging program for every new shape (a mask's count changes every step)."""
+    return commit(jax.device_put(host))
+
+
 def _index_arrays(item: Any, shape: tuple, dim: int) -> list:
     """The integer index arrays `item` stands for at axis `dim` (a mask: one per axis it
     covers), checked against `shape` in eager code."""
     if isinstance(item, TensorMethods):  # every Tensor is one
         if item.dtype == np.bool_:
-            return [jnp.asarray(a) for a in np.nonzero(item._host("a boolean mask index"))]
+            return [_on_device(a) for a in np.nonzero(item._host("a boolean mask index"))]
         arrays = [item]
     else:
         arr = np.asarray(item)
         if arr.dtype == np.bool_:
-            return [jnp.asarray(a) for a in np.nonzero(arr)]
+            return [_on_device(a) for a in np.nonzero(arr)]
         if arr.dtype.kind not in "iu":
             raise bad_argument(
                 f"indexing: tensors are indexed by ints, slices, None, ..., boolean masks and "
                 f"integer arrays, not {type(item).__name__} of dtype {arr.dtype}.", OpIndexError)
-        arrays = [jnp.asarray(arr)]
+        arrays = [_on_device(arr)]
     _check_dim(shape, dim)
     if np.dtype(item.dtype if isinstance(item, TensorMethods) else arr.dtype).kind in "iu":
         check_range("indexing", item, shape[dim], "index", negative=True,

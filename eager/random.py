@@ -31,14 +31,20 @@ _key: Tensor | None = None
 def _state() -> Tensor:
     global _key
     if _key is None:
-        _key = apply(OPS["random_key"], secrets.randbits(31))
+        _key = _new_key(secrets.randbits(31))
     return _key
+
+
+def _new_key(n: int) -> Tensor:
+    # the seed goes in as a (committed) tensor, so that the key and every draw from it are
+    # committed like the rest of a step's arrays: Note [committed arrays] in device.py
+    return apply(OPS["random_key"], Tensor(np.int32(n)))
 
 
 def seed(n: int) -> None:
     """Reset the generator to a state determined by the integer `n`."""
     global _key
-    new = apply(OPS["random_key"], int(n) & 0x7FFFFFFF)
+    new = _new_key(int(n) & 0x7FFFFFFF)
     if _key is None:
         _key = new
     else:

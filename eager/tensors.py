@@ -308,7 +308,8 @@ def constant(make: Callable[[], Any]) -> Any:
 
 def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
     """The jax array for Tensor construction data: Python numbers and lists default to float32 /
-    int32; numpy arrays keep their dtype (as jax canonicalizes it); jax arrays are not copied."""
+    int32; numpy arrays keep their dtype (as jax canonicalizes it); jax arrays are not copied.
+    The result is committed to a device (the default one unless `device` or the data say)."""
     if isinstance(data, Tensor):
         arr = read(data)
     elif isinstance(data, (jax.Array, jax.core.Tracer)):
@@ -319,13 +320,15 @@ def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
             host = host.astype({"f": _FLOAT, "i": _INT, "u": _INT}.get(host.dtype.kind, host.dtype))
         if host.dtype == object:
             raise TypeError(f"cannot make a tensor from {type(data).__name__}: {data!r:.80}")
-        arr = constant(lambda: jnp.asarray(host))
+        # not jnp.asarray outside a capture: it stages the value through an identity program,
+        # compiled once per new shape (jax.lax.stage); device_put compiles nothing
+        arr = jax.device_put(host) if _current() is None else constant(lambda: jnp.asarray(host))
     if dtype is not None and np.dtype(dtype) != arr.dtype:
         arr = arr.astype(np.dtype(dtype))
     dev = _device.parse(device) or _device.default()
     if dev is not None and not isinstance(arr, jax.core.Tracer):
-        arr = jax.device_put(arr, dev)
-    return arr
+        return jax.device_put(arr, dev)
+    return _device.commit(arr)  # Note [committed arrays] in device.py
 
 
 # ----- the dispatcher ---------------------------------------------------------------------------
@@ -351,7 +354,7 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
                 if record and (x._node is not None or x._tracked) and _diff(x._data.dtype):
                     mask.append(i)
             else:  # a nested list is an array; None, scalars and arrays pass as they are
-                arrays.append(jnp.asarray(np.asarray(x)) if isinstance(x, (list, tuple)) else x)
+                arrays.append(jax.device_put(np.asarray(x)) if isinstance(x, (list, tuple)) else x)
         if op.donate is not None and h is None:
             _unshare(arrays, op.donated(key))
         out = fn(*arrays)

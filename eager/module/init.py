@@ -7,6 +7,7 @@ import math
 import jax.numpy as jnp
 
 from .. import random
+from ..device import commit
 from ..tensors import Tensor, rebind
 
 
@@ -19,7 +20,7 @@ def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0) -> None:
 
 
 def fill_(t: Tensor, value: float) -> None:
-    rebind(t, jnp.full(t.shape, value, t.dtype))
+    rebind(t, commit(jnp.full(t.shape, value, t.dtype), like=t._data))
 
 
 def zeros_(t: Tensor) -> None:

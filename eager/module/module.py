@@ -12,10 +12,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from .. import context
+from ..device import commit
 from ..tensors import Parameter, Tensor, rebind
 
 
@@ -193,7 +193,7 @@ class Module:
             if arr.shape != t.shape:
                 raise ValueError(f"load_state_dict: {name!r} has shape {arr.shape} in the state "
                                  f"but {t.shape} in the module")
-            rebind(t, jnp.asarray(arr, dtype=t.dtype))
+            rebind(t, commit(arr.astype(t.dtype), like=t._data))
 
     def __repr__(self) -> str:
         kids = "".join(f"\n  ({n}): " + repr(c).replace("\n", "\n  ")

@@ -11,10 +11,10 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from .. import context
+from ..device import commit
 from ..errors import OpArgumentError
 from ..tensors import Tensor, rebind
 
@@ -185,7 +185,8 @@ class Optimizer:
             for k, v in saved.items():
                 arr = np.asarray(v.numpy() if isinstance(v, Tensor) else v)
                 if k in own_state:
-                    rebind(own_state[k], jnp.asarray(arr, own_state[k].dtype))
+                    old = own_state[k]._data
+                    rebind(own_state[k], commit(arr.astype(old.dtype), like=old))
                 else:
                     own_state[k] = Tensor(arr)
 

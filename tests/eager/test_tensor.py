@@ -24,10 +24,11 @@ def test_construction_dtype_rules(data, dtype):
 
 def test_construction_from_jax_array_and_tensor_shares_storage():
     a = jnp.arange(4.0)
-    t = eg.tensor(a)
-    assert eg.read(t) is a
+    t = eg.tensor(a)  # committed to the device (Note [committed arrays]), not copied
+    assert eg.read(t).unsafe_buffer_pointer() == a.unsafe_buffer_pointer()
+    assert eg.read(eg.tensor(eg.read(t))) is eg.read(t)
     u = eg.Tensor(t)
-    assert eg.read(u) is a and u._node is None
+    assert eg.read(u) is eg.read(t) and u._node is None
 
 
 def test_construction_with_dtype_and_device():
