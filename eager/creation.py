@@ -25,6 +25,9 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
 
 def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """A tensor of `shape` filled with `value` (float32 for Python floats)."""
+    if np.asarray(value).dtype.kind in "OUSmM" or np.ndim(value) != 0:
+        raise bad_argument(f"full: the fill value must be a number, got {value!r:.60}.",
+                           OpTypeError)
     if dtype is None:
         dtype = np.asarray(value).dtype if isinstance(value, (np.ndarray, np.generic)) else (
             "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32")

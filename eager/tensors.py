@@ -19,7 +19,9 @@ import numpy as np
 from . import device as _device
 from . import tape
 from .context import current as _current
+from .errors import OpTypeError
 from .indexing import _axis_arg, _shape_arg, parse_index
+from .op_errors import bad_argument as _bad_argument
 from .op_errors import checked_dtype as _checked_dtype
 from .op_errors import translate as _translate
 from .ops import OPS, Op
@@ -315,11 +317,7 @@ def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
     elif isinstance(data, (jax.Array, jax.core.Tracer)):
         arr = data
     else:
-        host = np.asarray(data)
-        if not isinstance(data, (np.ndarray, np.generic)):
-            host = host.astype({"f": _FLOAT, "i": _INT, "u": _INT}.get(host.dtype.kind, host.dtype))
-        if host.dtype == object:
-            raise TypeError(f"cannot make a tensor from {type(data).__name__}: {data!r:.80}")
+        host = _host_array(data)
         # not jnp.asarray outside a capture: it stages the value through an identity program,
         # compiled once per new shape (jax.lax.stage); device_put compiles nothing
         arr = jax.device_put(host) if _current() is None else constant(lambda: jnp.asarray(host))
@@ -329,6 +327,22 @@ def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
     if dev is not None and not isinstance(arr, jax.core.Tracer):
         return jax.device_put(arr, dev)
     return _device.commit(arr)  # Note [committed arrays] in device.py
+
+
+def _host_array(data: Any) -> np.ndarray:
+    """`data` as numpy, Python numbers as float32 / int32; anything that is not numbers (a
+    ragged list, a string, an arbitrary object) is an `OpTypeError` naming the user's line."""
+    try:
+        host = np.asarray(data)
+    except (TypeError, ValueError) as e:  # numpy's "inhomogeneous shape" for a ragged list
+        raise _bad_argument(f"tensor: cannot make a tensor from {data!r:.60} ({e}).",
+                            OpTypeError) from None
+    if host.dtype.kind in "OUSmM":  # objects, strings, dates (bfloat16 is kind "V": kept)
+        raise _bad_argument(f"tensor: cannot make a tensor from {type(data).__name__} "
+                            f"{data!r:.60}: a tensor holds numbers (or bools).", OpTypeError)
+    if not isinstance(data, (np.ndarray, np.generic)):
+        host = host.astype({"f": _FLOAT, "i": _INT, "u": _INT}.get(host.dtype.kind, host.dtype))
+    return host
 
 
 # ----- the dispatcher ---------------------------------------------------------------------------

@@ -179,6 +179,9 @@ CASES = [
     C("normal huge", lambda w: eg.random.normal(size=(10**12, 10**12)), eg.AllocationError,
       "normal"),
     C("uniform negative", lambda w: eg.random.uniform(size=(-2,)), ArgErr, "uniform"),
+    C("tensor ragged", lambda w: eg.tensor([[1, 2], [3]]), TypeErr, "tensor"),
+    C("tensor of an object", lambda w: eg.tensor(object()), TypeErr, "tensor"),
+    C("full string", lambda w: eg.full((2,), "a"), TypeErr, "full"),
     C("permutation negative", lambda w: eg.random.permutation(-3), ArgErr, "permutation"),
 ]
 IN_REGIONS = [c for c in CASES if c.regions]
