@@ -15,7 +15,10 @@ True
 
 from __future__ import annotations
 
+import contextvars
+import functools as ft
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,10 +29,14 @@ from .ops import OPS
 from .tensors import Tensor, apply, rebind
 
 _key: Tensor | None = None
+# The key of the `RNG` object drawing now, in this thread (None: the global generator's).
+_drawing: contextvars.ContextVar[Tensor | None] = contextvars.ContextVar("eager_rng", default=None)
 
 
 def _state() -> Tensor:
     global _key
+    if (own := _drawing.get()) is not None:
+        return own
     if _key is None:
         _key = _new_key(secrets.randbits(31))
     return _key
@@ -215,5 +222,36 @@ def set_rng_state(state: Any) -> None:
     rebind(_state(), t.astype(np.uint32)._data)
 
 
+class RNG:
+    """A generator of its own (MegEngine's `random.RNG`): the same draws as the module's
+    functions, from a key this object holds, so they neither use nor advance the global one.
+
+    >>> import eager as eg
+    >>> a, b = eg.random.RNG(seed=7), eg.random.RNG(seed=7)
+    >>> bool((a.normal(size=(3,)) == b.normal(size=(3,))).numpy().all())
+    True
+    """
+
+    def __init__(self, seed: int | None = None, device: Any = None):
+        n = secrets.randbits(31) if seed is None else int(seed) & 0x7FFFFFFF
+        self._key = _new_key(n) if device is None else _new_key(n).to(device)
+
+    def _drawn(fn: Callable) -> Callable:  # noqa: N805  (wraps a module function as a method)
+        @ft.wraps(fn)
+        def method(self: RNG, *args: Any, **kwargs: Any) -> Any:
+            token = _drawing.set(self._key)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _drawing.reset(token)
+
+        return method
+
+    normal, uniform, permutation, shuffle = (_drawn(normal), _drawn(uniform),
+                                             _drawn(permutation), _drawn(shuffle))
+    randint, gamma, beta, poisson = _drawn(randint), _drawn(gamma), _drawn(beta), _drawn(poisson)
+    del _drawn
+
+
 __all__ = ["seed", "get_state", "next_key", "normal", "uniform", "permutation", "shuffle",
-           "randint", "gamma", "beta", "poisson", "get_rng_state", "set_rng_state"]
+           "randint", "gamma", "beta", "poisson", "get_rng_state", "set_rng_state", "RNG"]

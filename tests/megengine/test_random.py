@@ -39,3 +39,16 @@ def test_gamma_and_poisson_means():
     lam = mge.random.poisson(4.0, size=(20000,)).numpy()
     assert lam.dtype == np.float32 and abs(lam.mean() - 4.0) < 0.1
     np.testing.assert_array_equal(lam, np.round(lam))
+
+
+def test_rng_objects_draw_from_their_own_key():
+    mge.random.seed(11)
+    before = mge.random.get_rng_state().numpy()
+    a, b = mge.random.RNG(seed=3), mge.random.RNG(seed=3)
+    x = a.normal(mean=1.0, std=2.0, size=(4,))
+    np.testing.assert_array_equal(x.numpy(), b.normal(mean=1.0, std=2.0, size=(4,)).numpy())
+    assert not np.array_equal(a.normal(size=(4,)).numpy(), x.numpy())  # it advanced
+    u = a.uniform(low=2.0, high=3.0, size=(100,)).numpy()
+    assert (u >= 2.0).all() and (u < 3.0).all()
+    assert sorted(a.permutation(5).numpy().tolist()) == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(mge.random.get_rng_state().numpy(), before)  # untouched
