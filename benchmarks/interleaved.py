@@ -8,12 +8,17 @@ which is right for first-call times and memory; but on a shared machine whose sp
 10-20% between minutes, ratios of medians taken minutes apart move by as much. Here every round
 times `steps` consecutive steps of each variant in turn (after warmup), and each ratio is the
 median over rounds of the per-round ratio. It reports the project's goals: partial / jax_split
-(<= 1.10) and xla / jax_jit_step (<= 1.05), with eager / jax_eager (< 1) where it applies.
+(<= 1.10) and xla / jax_jit_step (<= 1.05), with eager / jax_eager (< 1) where it applies; for
+the cnn, when torch imports, also partial and xla against PyTorch eager (`torch_eager`, 2
+threads, in the same process) (<= 1.25, issue 15). The jax references are the pure-jax NCHW
+step (what an NCHW framework lowers to, with XLA's default options), so these ratios include
+what the framework's convolution rewrites (`eager.set_conv_rewrites`) gain over it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import time
 from typing import Any
@@ -22,6 +27,9 @@ from benchmarks.workloads import VARIANTS, spec_of, variants_for
 
 PAIRS = [("eager", "jax_eager", "< 1"), ("partial", "jax_split", "<= 1.10"),
          ("xla", "jax_jit_step", "<= 1.05")]
+# Against PyTorch eager, for the workloads where it is timed too (issue 15's goal).
+TORCH_PAIRS = [("partial", "torch_eager", "<= 1.25"), ("xla", "torch_eager", "<= 1.25")]
+TORCH_WORKLOADS = ("cnn",)
 STEPS = {"mlp": 10, "cnn": 2, "gpt": 5}
 
 
@@ -35,10 +43,20 @@ def _timed(runner: Any, steps: int) -> float:
     return statistics.median(times)
 
 
-def measure(workload: str, rounds: int) -> dict[str, Any]:
-    """Per variant the median step time (ms) over rounds, and per goal the median ratio."""
+def _runners(workload: str) -> dict[str, Any]:
+    """The variants the goals compare, built (torch's only where it is installed)."""
     wanted = {v for pair in PAIRS for v in pair[:2]} & set(variants_for(workload))
     runners = {v: VARIANTS[v](workload) for v in VARIANTS if v in wanted}
+    if workload in TORCH_WORKLOADS and importlib.util.find_spec("torch") is not None:
+        from benchmarks.torch_workloads import torch_eager  # imports torch: only when wanted
+
+        runners["torch_eager"] = torch_eager(workload)
+    return runners
+
+
+def measure(workload: str, rounds: int) -> dict[str, Any]:
+    """Per variant the median step time (ms) over rounds, and per goal the median ratio."""
+    runners = _runners(workload)
     steps = STEPS[spec_of(workload)]
     for runner in runners.values():
         _timed(runner, 3)  # compile and warm up
@@ -46,7 +64,7 @@ def measure(workload: str, rounds: int) -> dict[str, Any]:
     return {
         "ms": {v: statistics.median(row[v] for row in rows) * 1e3 for v in runners},
         "ratios": {(a, b): statistics.median(row[a] / row[b] for row in rows)
-                   for a, b, _ in PAIRS if a in runners and b in runners},
+                   for a, b, _ in PAIRS + TORCH_PAIRS if a in runners and b in runners},
     }
 
 
@@ -55,14 +73,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workloads", default="mlp,cnn,gpt,dynamic")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args(argv)
-    heads = [f"{a} / {b} ({goal})" for a, b, goal in PAIRS]
+    pairs = PAIRS + TORCH_PAIRS
+    heads = [f"{a} / {b} ({goal})" for a, b, goal in pairs]
     print(f"## Interleaved ratios of step times (medians of {args.rounds} rounds)\n")
-    print("| workload | " + " | ".join(heads) + " |\n| --- |" + " ---: |" * len(PAIRS))
+    print("| workload | " + " | ".join(heads) + " | median ms |\n| --- |"
+          + " ---: |" * len(pairs) + " --- |")
     for workload in args.workloads.split(","):
         r = measure(workload, args.rounds)
         cells = [f"{r['ratios'][(a, b)]:.2f}" if (a, b) in r["ratios"] else "n/a"
-                 for a, b, _ in PAIRS]
-        print(f"| {workload} | " + " | ".join(cells) + " |", flush=True)
+                 for a, b, _ in pairs]
+        ms = ", ".join(f"{v} {t:.1f}" for v, t in r["ms"].items())
+        print(f"| {workload} | " + " | ".join(cells) + f" | {ms} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,11 @@ from typing import Any
 from . import tape as _tape
 from . import tensors as _tensor
 from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
+from .conv_switch import conv_options, conv_rewrites
 
 __all__ = [
     "CaptureHooks", "Finished", "atomic", "bump_epoch", "capturing", "current", "epoch",
-    "hand_over", "wrap",
+    "hand_over", "wrap", "conv_options", "conv_rewrites",
     "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies",

@@ -72,7 +72,8 @@ class Breaks:
     def piece(self, st: Stretch, outputs: tuple, ordinal: int) -> tuple[Piece, bool]:
         """The compiled piece for the stretch `st` with `outputs`, and whether it was cached."""
         cache = self.cache
-        key = (tuple(st.records), tuple(st.specs), outputs)
+        # (compiled with or without the convolution rewrites: a switch compiles anew)
+        key = (tuple(st.records), tuple(st.specs), outputs, eg.conv_rewrites())
         piece = cache.piece(key)
         if piece is not None:
             return piece, True

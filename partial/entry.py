@@ -17,8 +17,9 @@ import jax.numpy as jnp
 
 import eager as eg
 from autograd_bridge import SegmentFunction
-from xla_segments import CompileOptions, Segment
+from xla_segments import Segment
 
+from .conv import segment_options
 from .errors import NotDifferentiableError
 from .guards import (
     GradPresenceGuard,
@@ -83,8 +84,9 @@ class Entry:
             if donate and dest() is not None and id(dest()) in position))
         self.copies = 0  # donated buffers that were shared and had to be copied first
         self.segment = Segment(program.function(), program.in_avals, name=name,
-                               options=CompileOptions(donate=self.donated,
-                                                      per_rank=program.per_rank))
+                               options=segment_options(program.in_avals, donate=self.donated,
+                                                       per_rank=program.per_rank))
+        self.conv_rewrites = eg.conv_rewrites()
         self.function = SegmentFunction(self.segment, program.deps, name, finisher)
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef
@@ -147,6 +149,8 @@ class Entry:
         if reason:
             return reason
         if self.epoch != now:
+            if self.conv_rewrites != eg.conv_rewrites():  # switched: compile anew
+                return "the convolution rewrites were switched (eager.set_conv_rewrites)"
             for guard in self.structural:
                 reason = guard.check()
                 if reason:

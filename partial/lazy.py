@@ -33,6 +33,7 @@ import eager as eg
 from autograd_bridge import SegmentFunction
 from xla_segments import Segment, abstract
 
+from .conv import segment_options
 from .errors import ValueReadError
 from .key import tensor_spec
 from .messages import (
@@ -368,7 +369,7 @@ def compile_stretch(st: Stretch, outputs: tuple, name: str) -> Piece:
                                      sharding=abstract(x).sharding if hasattr(x, "shape")
                                      else None)  # a Python scalar has no placement
                 for a, x in zip(st.avals, st.inputs)]
-    segment = Segment(replay, in_avals, name=name)
+    segment = Segment(replay, in_avals, name=name, options=segment_options(in_avals))
     function = SegmentFunction(segment, [deps[i] for i in outputs], name)
     wrt = tuple(i for i, needs in enumerate(tracked_inputs) if needs)
     return Piece(function, wrt)

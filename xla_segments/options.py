@@ -23,6 +23,9 @@ EXECUTABLE_KINDS = ("forward", "forward_vjp", "backward")
 #: Accepted values of `CompileOptions.remat`.
 REMAT_VALUES = (False, True, "dots")
 
+#: Accepted values of `CompileOptions.layout`.
+LAYOUTS = (None, "channels_last")
+
 # What XLA's option parser takes (anything else fails in the binding with an unreadable error).
 _OPTION_VALUE_TYPES = (str, bool, int, float)
 
@@ -41,8 +44,15 @@ class CompileOptions:
             (`jax.jit(out_shardings=...)`). None: XLA chooses (as `jax.jit` does).
         compiler_options: `(name, value)` XLA options for every executable, e.g.
             `(("xla_cpu_enable_fast_math", True),)`; a mapping is accepted and sorted.
+        conv_options: `(name, value)` XLA options for the executables that contain a
+            convolution (found in their jaxpr, nested ones included), over `compiler_options`:
+            options meant for convolutions that would slow other executables down (on XLA:CPU,
+            keeping convolutions off YNNPACK also takes matmuls off it).
         executable_options: `(kind, ((name, value), ...))` options for one kind of executable
-            only ("forward", "forward_vjp" or "backward"), overriding `compiler_options`.
+            only ("forward", "forward_vjp" or "backward"), overriding the two above.
+        layout: None, or "channels_last": the segment's convolutions compute channels-last
+            (NHWC) behind its channels-first (NCHW) inputs and outputs, the layout propagating
+            through the ops between them (`xla_segments.layout`); faster on XLA:CPU.
         remat: the training forward's residuals. False: whatever `jax.vjp` keeps; True: only the
             inputs (`jax.checkpoint`, nothing saveable: the backward recomputes the forward);
             "dots": also the outputs of matmuls and convolutions
@@ -68,9 +78,11 @@ class CompileOptions:
     in_shardings: tuple | None = None
     out_shardings: Any = None
     compiler_options: tuple[tuple[str, Any], ...] = ()
+    conv_options: tuple[tuple[str, Any], ...] = ()
     executable_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     remat: bool | str = False
     per_rank: PerRank | None = None
+    layout: str | None = None
 
     def __post_init__(self) -> None:
         normalized = {
@@ -79,9 +91,11 @@ class CompileOptions:
             "out_shardings": (tuple(self.out_shardings) if isinstance(self.out_shardings, list)
                               else self.out_shardings),
             "compiler_options": _xla_options("compiler_options", self.compiler_options),
+            "conv_options": _xla_options("conv_options", self.conv_options),
             "executable_options": _executable_options(self.executable_options),
             "remat": _remat(self.remat),
             "per_rank": _per_rank(self.per_rank),
+            "layout": _layout(self.layout),
         }
         for name, value in normalized.items():
             _check_hashable(name, value)
@@ -91,12 +105,14 @@ class CompileOptions:
         """A copy with `changes` applied (and validated), like `dataclasses.replace`."""
         return dataclasses.replace(self, **changes)
 
-    def for_kind(self, kind: str) -> dict[str, Any]:
-        """The XLA options for one kind of executable: `compiler_options`, then that kind's
-        `executable_options` over them."""
+    def for_kind(self, kind: str, convolves: bool = False) -> dict[str, Any]:
+        """The XLA options for one kind of executable: `compiler_options`, then (if it
+        `convolves`) `conv_options`, then that kind's `executable_options` over them."""
         if kind not in EXECUTABLE_KINDS:
             raise ValueError(f"unknown executable kind {kind!r}; kinds: {EXECUTABLE_KINDS}")
         merged = dict(self.compiler_options)
+        if convolves:
+            merged.update(self.conv_options)
         merged.update(dict(self.executable_options).get(kind, ()))
         return merged
 
@@ -183,6 +199,12 @@ def _remat(remat: Any) -> bool | str:
         raise ValueError(f"CompileOptions.remat: unknown value {remat!r}; "
                          f"accepted: {REMAT_VALUES}")
     raise TypeError(f"CompileOptions.remat must be a bool or 'dots', got {remat!r}")
+
+
+def _layout(layout: Any) -> str | None:
+    if layout in LAYOUTS:
+        return layout
+    raise ValueError(f"CompileOptions.layout: unknown layout {layout!r}; accepted: {LAYOUTS}")
 
 
 def _per_rank(per_rank: Any) -> PerRank | None:

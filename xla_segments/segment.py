@@ -24,6 +24,7 @@ from typing import Any
 import jax
 
 from . import per_rank
+from .layout import channels_last, has_convolution
 from .options import CompileOptions
 
 
@@ -95,6 +96,8 @@ class Segment:
         self._avals = tuple(abstract(a) for a in self.in_avals)
         _check_options(self.options, len(self._avals), self.name)
         self._fn = self.fn
+        # Rewritten on first use (it traces `fn` once); a per-rank function keeps its layout.
+        self._relayout = self.options.layout == "channels_last" and self.options.per_rank is None
         pr = self.options.per_rank
         if pr is not None:  # compiled over global arrays, called with local ones
             self._scalar_in = [len(a.shape) == 0 for a in self._avals]
@@ -117,10 +120,17 @@ class Segment:
             out[f"backward wrt={wrt} outputs={diff}"] = bwd
         return out
 
+    def _function(self) -> Callable:
+        """The function the executables compile: `fn`, in the layout `options.layout` asks."""
+        if self._relayout:
+            self._fn = channels_last(self._fn, self._avals)
+            self._relayout = False
+        return self._fn
+
     def forward(self) -> Executable:
         """The inference forward: `(*inputs) -> tuple of outputs`; no residuals are kept."""
         if self._forward is None:
-            fn = self._fn
+            fn = self._function()
 
             def forward(*inputs: Any) -> tuple:
                 return tuple(fn(*inputs))
@@ -149,7 +159,7 @@ class Segment:
         key = (tuple(wrt), tuple(diff_outputs))
         pair = self._vjps.get(key)
         if pair is None:
-            fwd = _vjp_forward(_rematerialized(self._fn, self.options), *key)
+            fwd = _vjp_forward(_rematerialized(self._function(), self.options), *key)
             fwd.__name__ = f"{self.name}_forward_vjp"
             fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
             # Shapes from the lowering, placements from the executable (where outputs land).
@@ -242,8 +252,10 @@ def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ..
 def _compile(kind: str, fn: Callable, avals: Sequence[Any], options: CompileOptions,
              jit_args: dict[str, Any] | None = None) -> Executable:
     start = time.perf_counter()
-    lowered = jax.jit(fn, **(jit_args or {})).trace(*avals).lower()
-    xla_options = options.for_kind(kind)
+    traced = jax.jit(fn, **(jit_args or {})).trace(*avals)
+    lowered = traced.lower()
+    xla_options = options.for_kind(kind, convolves=bool(options.conv_options)
+                                   and has_convolution(traced.jaxpr))
     # None, not {}, when there are none: exactly the call made before options existed.
     compiled = lowered.compile(compiler_options=xla_options or None)
     return Executable(kind, compiled, lowered, time.perf_counter() - start, xla_options)

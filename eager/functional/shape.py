@@ -123,10 +123,10 @@ def copy(x: Any, device: Any = None) -> Tensor:
 
 def one_hot(x: Any, num_classes: int, dtype: Any = "float32") -> Tensor:
     """One-hot encoding of integer `x` along a new last axis."""
-    if np.dtype(getattr(x, "dtype", np.asarray(x).dtype)).kind not in "iu":
-        raise bad_argument(f"one_hot: x must hold integer class indices, got dtype "
-                           f"{np.dtype(getattr(x, 'dtype', np.asarray(x).dtype))}; convert it "
-                           "with .astype('int32').", OpTypeError)
+    kind = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
+    if kind.kind not in "iu":
+        raise bad_argument(f"one_hot: x must hold integer class indices, got dtype {kind}; "
+                           "convert it with .astype('int32').", OpTypeError)
     return apply(OPS["one_hot"], x, num_classes=int(num_classes), dtype=np.dtype(dtype))
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..conv_switch import conv_options
 from .registry import defop
 
 defop("matmul")(jnp.matmul)
@@ -29,7 +30,15 @@ def _channel(v, ndim):
 _CONV_DIMS = {3: ("NCH", "OIH", "NCH"), 4: ("NCHW", "OIHW", "NCHW")}
 
 
-@defop("conv")
+def _conv_options(**_attrs):
+    """XLA options for a convolution's jitted forward and backward: on the CPU, XLA's own
+    convolutions rather than YNNPACK's slow weight gradient (`eager.set_conv_rewrites`). An
+    eager convolution keeps NCHW: a lone NHWC convolution behind transposes was not measured
+    faster (XLA:CPU transposes around an NCHW one itself)."""
+    return conv_options(jax.default_backend())
+
+
+@defop("conv", compiler_options=_conv_options)
 def conv(x, weight, bias, *, stride, padding, dilation, groups):
     y = lax.conv_general_dilated(
         x, weight, window_strides=stride, padding=[(p, p) for p in padding],
@@ -38,7 +47,7 @@ def conv(x, weight, bias, *, stride, padding, dilation, groups):
     return y if bias is None else y + _channel(bias, y.ndim)
 
 
-@defop("conv_transpose")
+@defop("conv_transpose", compiler_options=_conv_options)
 def conv_transpose(x, weight, bias, *, stride, padding, output_padding, dilation, groups):
     # The gradient of a convolution: dilate the input by the stride and convolve with the
     # flipped kernel, whose (in, out/groups) layout is regrouped to (out, in/groups).

@@ -12,6 +12,8 @@ from typing import Any
 
 import jax
 
+from ..context import current
+
 OPS: dict[str, Op] = {}
 
 
@@ -69,10 +71,17 @@ class Op:
         ops that donate, it consumes the buffers at `donated(key)`."""
         fn = self._fwd.get(key)
         if fn is None:
-            fn = self._fwd[key] = jax.jit(ft.partial(self._impl, **dict(key)),
-                                          donate_argnums=self.donated(key),
-                                          compiler_options=self.options(key))
+            fn = self._fwd[key] = self._jit(ft.partial(self._impl, **dict(key)), key,
+                                            self.donated(key))
         return fn
+
+    def _jit(self, fn: Callable, key: tuple, donate: tuple[int, ...] = ()) -> Callable:
+        """`jax.jit(fn)`, with the op's compiler options for calls outside any trace."""
+        plain = jax.jit(fn, donate_argnums=donate)
+        options = self.options(key)
+        if options is None:
+            return plain
+        return _Tuned(jax.jit(fn, donate_argnums=donate, compiler_options=options), plain)
 
     def options(self, key: tuple) -> dict | None:
         """The XLA compiler options of calls with attributes `key` (None: the defaults)."""
@@ -90,9 +99,26 @@ class Op:
         """
         fn = self._bwd.get((key, mask))
         if fn is None:
-            fn = self._bwd[(key, mask)] = jax.jit(make_vjp(self, dict(key), mask),
-                                                  compiler_options=self.options(key))
+            fn = self._bwd[(key, mask)] = self._jit(make_vjp(self, dict(key), mask), key)
         return fn
+
+
+class _Tuned:
+    """An op's jit compiled with its XLA options, and the same jit without them for calls in a
+    trace (a capture, a compiled segment replaying ops, `jax.eval_shape`): jax refuses options
+    on a jit nested in a trace, where the enclosing executable's options apply anyway."""
+
+    __slots__ = ("tuned", "plain", "__weakref__")  # the lazy engine holds jits weakly
+
+    def __init__(self, tuned: Callable, plain: Callable):
+        self.tuned, self.plain = tuned, plain
+
+    def __call__(self, *args: Any) -> Any:
+        # a capture may call an op on concrete arrays that it lifts into the trace later
+        if current() is not None or any(isinstance(a, jax.core.Tracer)
+                                        for a in jax.tree.leaves(args)):
+            return self.plain(*args)
+        return self.tuned(*args)
 
 
 def make_vjp(op: Op, attrs: dict, mask: tuple[int, ...]) -> Callable:

@@ -1,0 +1,200 @@
+"""The convolution rewrites (issue 15): channels-last convolutions inside compiled regions and
+XLA's own convolutions on the CPU keep values and gradients equal to NCHW eager without them
+(1e-5 relative), for grouped, strided, padded and dilated convolutions, transposed ones and
+BatchNorm; they apply where promised and `eager.set_conv_rewrites(False)` turns them off."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eager as eg
+import eager.functional as F
+import eager.module as M
+import eager.optimizer as optim
+from eager.autodiff import GradManager
+from partial import partial_trace, xla_trace
+from xla_segments import CompileOptions, Segment
+from xla_segments.layout import channels_last, has_convolution
+
+CPU = jax.default_backend() == "cpu"
+OPTION = ("xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_REDUCE")
+
+
+@pytest.fixture
+def rewrites():
+    """Restores the switch after a test that flips it."""
+    before = eg.conv_rewrites()
+    yield
+    eg.set_conv_rewrites(before)
+
+
+def assert_close(got, want, rtol=1e-5):
+    """Equal to `rtol` relative to the largest value: lists of arrays are compared as one
+    vector (a gradient that is zero but for round-off, a conv bias before BatchNorm, is then
+    measured on the scale of the whole gradient)."""
+    if isinstance(want, list):
+        got, want = (np.concatenate([np.ravel(a) for a in v]) for v in (got, want))
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape
+    scale = max(float(np.max(np.abs(want))), 1e-30)
+    assert float(np.max(np.abs(got - want))) <= rtol * scale
+
+
+class Net(M.Module):
+    """Every kind of convolution the rewrite renumbers, with BatchNorm, pooling and a residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = M.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = M.BatchNorm2d(8)
+        self.grouped = M.Conv2d(8, 8, 3, stride=2, padding=2, dilation=2, groups=4)
+        self.wide = M.Conv2d(8, 12, (3, 1), stride=(1, 2), padding=(1, 0))
+        self.up = M.ConvTranspose2d(12, 6, 2, stride=2)
+        self.bn2 = M.BatchNorm2d(6)
+        self.proj = M.Conv2d(8, 6, 1, stride=1)
+
+    def forward(self, x):
+        h = F.relu(self.bn(self.stem(x)))
+        g = F.relu(self.wide(self.grouped(h)))
+        u = self.bn2(self.up(g))
+        r = self.proj(F.avg_pool2d(h, 2))
+        out = F.relu(u[:, :, : r.shape[2], : r.shape[3]] + r)
+        return out.mean(axis=(2, 3))
+
+
+def _run(wrap_kind, steps=2):
+    """Losses, gradients (of the last step) and the state after `steps` SGD steps."""
+    eg.random.seed(0)
+    net = Net()
+    x = eg.tensor(np.random.default_rng(0).standard_normal((4, 3, 12, 12)).astype(np.float32))
+    gm = GradManager().attach(net.parameters())
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    region = partial_trace(net) if wrap_kind == "partial" else net
+    grads = []
+
+    def step():
+        with gm:
+            loss = (region(x) ** 2).sum()
+            gm.backward(loss)
+        if wrap_kind != "xla":  # (an xla_trace step's gradients are not values until it ends)
+            grads[:] = [p.grad.numpy() for p in net.parameters()]
+        opt.step().clear_grad()
+        return loss
+
+    run = xla_trace(step) if wrap_kind == "xla" else step
+    losses = [float(run().numpy()) for _ in range(steps)]
+    state = {k: np.asarray(v) for k, v in net.state_dict().items()}
+    return losses, grads, state, region if wrap_kind == "partial" else run
+
+
+@pytest.mark.parametrize("kind", ["eager", "partial", "xla"])
+def test_values_and_gradients_equal_nchw_eager_without_rewrites(kind, rewrites):
+    eg.set_conv_rewrites(False)
+    want_losses, want_grads, want_state, _ = _run("eager")
+    eg.set_conv_rewrites(True)
+    losses, grads, state, _ = _run(kind)
+    assert_close(losses, want_losses)
+    if kind != "xla":  # the state after the steps carries an xla_trace step's gradients
+        assert_close(grads, want_grads)
+    assert_close([state[k] for k in want_state], list(want_state.values()))
+
+
+@pytest.mark.skipif(not CPU, reason="the rewrites apply on the CPU only")
+@pytest.mark.parametrize("kind", ["partial", "xla"])
+def test_the_rewrites_apply_to_compiled_regions_and_switch_off(kind, rewrites):
+    eg.set_conv_rewrites(True)
+    *_, fn = _run(kind, steps=1)
+    seg = fn.segments()[-1]
+    assert seg.options.layout == "channels_last"
+    assert all(OPTION in e.compiler_options.items() for e in seg.executables().values())
+    eg.set_conv_rewrites(False)
+    *_, fn = _run(kind, steps=1)
+    seg = fn.segments()[-1]
+    assert seg.options.layout is None
+    assert all(not e.compiler_options for e in seg.executables().values())
+
+
+@pytest.mark.skipif(not CPU, reason="the rewrites apply on the CPU only")
+def test_switching_recompiles_a_cached_region(rewrites):
+    eg.set_conv_rewrites(True)
+    conv = M.Conv2d(2, 2, 3, padding=1)
+    fn = partial_trace(conv)
+    x = eg.ones((1, 2, 5, 5))
+    want = fn(x).numpy()
+    eg.set_conv_rewrites(False)
+    assert_close(fn(x).numpy(), want)
+    assert fn.segments()[-1].options.layout is None
+    assert len(fn.segments()) == 2
+
+
+@pytest.mark.skipif(not CPU, reason="the rewrites apply on the CPU only")
+def test_eager_convolutions_compile_with_the_option_only_when_on(rewrites):
+    op = eg.OPS["conv"]
+    attrs = (("stride", (1, 1)), ("padding", (0, 0)), ("dilation", (1, 1)), ("groups", 1))
+    eg.set_conv_rewrites(True)
+    assert op.options(attrs) == dict([OPTION])
+    eg.set_conv_rewrites(False)
+    assert op.options(attrs) is None
+    assert eg.OPS["matmul"].options(()) is None
+
+
+# ----- xla_segments: the rewrite itself and the per-executable options ----------------------
+def _convs(x, w1, w2, w3):
+    """NCHW, NCH and transposed convolutions, with reductions, transposes and a reshape."""
+    dn = ("NCHW", "OIHW", "NCHW")
+    y = jax.lax.conv_general_dilated(x, w1, (2, 1), [(1, 1), (0, 2)], rhs_dilation=(1, 2),
+                                     dimension_numbers=dn)
+    y = jnp.tanh(y - y.mean(axis=(0, 2, 3), keepdims=True))
+    z = jax.lax.conv_general_dilated(y, w2, (1, 1), [(1, 1), (1, 1)], lhs_dilation=(2, 2),
+                                     dimension_numbers=dn, feature_group_count=2)
+    t = jnp.transpose(z, (0, 2, 1, 3)).sum(axis=1)  # N, C, W
+    v = jax.lax.conv_general_dilated(t, w3, (1,), [(1, 1)], dimension_numbers=("NCH", "OIH",
+                                                                                 "NCH"))
+    return (v.reshape(v.shape[0], -1).max(axis=1), jnp.argmax(z, axis=1))
+
+
+def _conv_args():
+    keys = jax.random.split(jax.random.key(0), 4)
+    return [jax.random.normal(keys[0], (2, 4, 9, 7)), jax.random.normal(keys[1], (6, 4, 3, 3)),
+            jax.random.normal(keys[2], (4, 3, 3, 3)), jax.random.normal(keys[3], (5, 4, 3))]
+
+
+def test_channels_last_keeps_values_and_gradients():
+    args = _conv_args()
+    fn = channels_last(_convs, args)
+    assert fn is not _convs
+    for got, want in zip(jax.jit(fn)(*args), _convs(*args)):
+        assert_close(got, want)
+
+    def loss(f):
+        return lambda *a: jnp.sum(f(*a)[0] ** 2)
+
+    for got, want in zip(jax.grad(loss(fn), argnums=(0, 1, 2, 3))(*args),
+                         jax.grad(loss(_convs), argnums=(0, 1, 2, 3))(*args)):
+        assert_close(got, want)
+
+
+def test_channels_last_leaves_functions_without_convolutions_alone():
+    def mlp(x, w):
+        return (jnp.tanh(x @ w),)
+
+    assert channels_last(mlp, [jnp.ones((2, 3)), jnp.ones((3, 4))]) is mlp
+    nested = jax.make_jaxpr(lambda *a: jax.jit(_convs)(*a))(*_conv_args())
+    assert has_convolution(nested) and not has_convolution(jax.make_jaxpr(mlp)(
+        jnp.ones((2, 3)), jnp.ones((3, 4))))
+
+
+def test_conv_options_reach_only_executables_that_convolve():
+    opts = CompileOptions(conv_options=dict([OPTION]), layout="channels_last")
+    conv = Segment(_convs, _conv_args(), options=opts)
+    assert conv.forward().compiler_options == dict([OPTION])
+    mlp = Segment(lambda x, w: (jnp.tanh(x @ w),), [jnp.ones((2, 3)), jnp.ones((3, 4))],
+                  options=opts)
+    assert mlp.forward().compiler_options == {}
+    fwd, bwd = conv.vjp(wrt=(0, 1), diff_outputs=(0,))
+    assert fwd.compiler_options == bwd.compiler_options == dict([OPTION])
+    with pytest.raises(ValueError, match="unknown layout"):
+        CompileOptions(layout="nhwc")
