@@ -13,6 +13,9 @@ A region with graph breaks (an `exclude_from_trace()` block, or a value read und
 each stretch between breaks as a cached compiled segment (`lazy.py`, `breaks.py`); its first
 call is captured up to the first break and finished lazily (`handover.py`).
 
+`fn.dump(path)` writes a region's inference forward as serialized StableHLO that `load(path)`
+runs in a process without the code that defined it (`export.py`, `exported.py`).
+
 `set_cache_dir` (or `PARTIAL_CACHE_DIR`) keeps compiled code on disk for later processes.
 """
 
@@ -20,6 +23,8 @@ from .cache import CacheInfo
 from .decorators import exclude_from_trace, partial_trace, trace, xla_trace
 from .errors import (
     CacheDirError,
+    ExportError,
+    ExportFileError,
     InvalidTensorError,
     ModuleRebindError,
     NotDifferentiableError,
@@ -29,6 +34,7 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
+from .exported import Loaded, load
 from .function import TracedFunction
 from .module import TracedModule
 from .persistent_cache import set_cache_dir
@@ -39,6 +45,7 @@ __all__ = [
     "UnsupportedArgumentError", "UnsupportedOutputError", "ModuleRebindError",
     "UnsupportedInRegionError", "InvalidTensorError", "NotDifferentiableError",
     "TracedFunction", "TracedModule", "CacheInfo", "set_cache_dir", "CacheDirError",
+    "load", "Loaded", "ExportError", "ExportFileError",
 ]
 
 _set_from_environment()

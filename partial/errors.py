@@ -42,3 +42,15 @@ class NotDifferentiableError(TraceError):
 class CacheDirError(TraceError, OSError):
     """The directory given to `set_cache_dir` (or `PARTIAL_CACHE_DIR`) cannot hold the persistent
     compilation cache: it cannot be created or written to."""
+
+
+class ExportError(TraceError):
+    """`dump` or `export` cannot write this region as one inference program: it has graph
+    breaks, it writes state back (a training step, BatchNorm in training mode), or it has not
+    been called yet."""
+
+
+class ExportFileError(ExportError, ValueError):
+    """A file given to `partial.load` is not a dump written by `fn.dump`, was changed after it
+    was written (its checksum or manifest no longer match), or has an unsupported format
+    version."""

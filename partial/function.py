@@ -22,6 +22,7 @@ import eager as eg
 from xla_segments import Segment
 
 from .cache import CacheInfo, shared_cache
+from .export import dump_region, export_region
 from .gmcallback import CompiledCallbacks
 from .key import function_token
 from .settings import Settings
@@ -109,6 +110,22 @@ class TracedFunction:
         lines.append(f"cache: {info.captures} captures, {info.hits} hits, {info.entries} "
                      f"entries, {info.compile_seconds:.2f} s compiling")
         return "\n".join(lines)
+
+    def dump(self, path: Any, *, dynamic_batch: bool = False, keep_params: bool = False) -> None:
+        """Write the last call's compiled entry, as an inference program, to the file `path`
+        (MegEngine's `trace.dump`): serialized StableHLO and a JSON manifest, which
+        `partial.load` runs without this code. Parameters are baked in unless `keep_params`;
+        `dynamic_batch` makes axis 0 of every input symbolic. Raises `ExportError` for a
+        region with graph breaks or one that writes state back (a training step, BatchNorm in
+        training mode: call `.eval()` first). See the guide, "Exporting a model"."""
+        with self._cache.lock:
+            dump_region(self, path, dynamic_batch=dynamic_batch, keep_params=keep_params)
+
+    def export(self, *args: Any, **kwargs: Any) -> Any:
+        """The inference forward for arguments like these (Tensors, arrays, or
+        `jax.ShapeDtypeStruct`s) as a `jax.export.Exported`, parameters baked in."""
+        with self._cache.lock:
+            return export_region(self, args, kwargs)
 
     def cache_clear(self) -> None:
         """Drop every compiled entry (e.g. after rebinding a global the region reads); a

@@ -76,3 +76,9 @@ class TracedModule(M.Module):
 
     def flat_inputs(self, *args: Any, **kwargs: Any) -> list:
         return self._traced.flat_inputs(*args, **kwargs)
+
+    def dump(self, path: Any, *, dynamic_batch: bool = False, keep_params: bool = False) -> None:
+        self._traced.dump(path, dynamic_batch=dynamic_batch, keep_params=keep_params)
+
+    def export(self, *args: Any, **kwargs: Any) -> Any:
+        return self._traced.export(*args, **kwargs)
