@@ -10,7 +10,7 @@ jitted version and the backward its cached jitted vjp. `eager.hooks` is the docu
 capture (the `partial` package) uses to observe eager execution.
 """
 
-from . import autodiff, distributed, functional, hooks, module, optimizer, random
+from . import amp, autodiff, distributed, functional, hooks, module, optimizer, random
 from .autodiff import Function, GradManager, no_grad
 from .conv_switch import conv_rewrites, set_conv_rewrites
 from .creation import (
@@ -48,7 +48,7 @@ __all__ = [
     "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "linspace",
     "eye", "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
     "set_default_device", "conv_rewrites", "set_conv_rewrites", "distributed", "random",
-    "functional", "module", "optimizer",
+    "functional", "module", "optimizer", "amp",
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
     "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "OpIndexError",
     "AllocationError", "AttachError", "BackwardError", "CheckpointError", "DeviceError",

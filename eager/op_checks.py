@@ -24,6 +24,7 @@ from .ops import OPS
 
 Found = tuple[type, str] | None
 _CHECKS: dict[str, Callable[[Sequence, dict], Found]] = {}
+_BFLOAT16 = np.dtype(jax.numpy.bfloat16)
 
 
 def explain(op_name: str, inputs: Sequence, attrs: dict) -> Found:
@@ -57,7 +58,11 @@ def _shape(x: Any) -> tuple | None:
 
 
 def _kind(x: Any) -> str:
-    return np.dtype(x.dtype).kind if hasattr(x, "dtype") else ""
+    """numpy's kind of `x`'s dtype ("f" for bfloat16 too, whose numpy kind is "V")."""
+    if not hasattr(x, "dtype"):
+        return ""
+    dtype = np.dtype(x.dtype)
+    return "f" if dtype == _BFLOAT16 else dtype.kind
 
 
 def _missing(inputs: Sequence, names: Sequence[str]) -> Found:
@@ -169,7 +174,7 @@ def _conv_before(inputs: Sequence, attrs: dict) -> Found:
     x, weight = inputs
     n = len(attrs["stride"])
     try:
-        if (x.ndim == weight.ndim == n + 2 and x.dtype.kind in "fc" and weight.dtype.kind in "fc"
+        if (x.ndim == weight.ndim == n + 2 and _kind(x) in "fc" and _kind(weight) in "fc"
                 and min(attrs["stride"] + attrs["dilation"]) >= 1 and min(attrs["padding"]) >= 0):
             return None
     except AttributeError:  # not tensors: say which

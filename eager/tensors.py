@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import amp_policy as _amp
 from . import device as _device
 from . import tape
 from .context import current as _current
@@ -352,6 +353,8 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     Returns a Tensor, or a tuple of Tensors for multi-output ops. Arguments the op cannot take
     raise `OpArgumentError` / `OpTypeError` naming the op, the arguments and the user's line.
     """
+    if (low := _amp.state.get()) is not None:  # inside amp.autocast: cast per amp_policy
+        inputs = _amp.cast_inputs(op.name, inputs, low, Tensor)
     key = tuple(attrs.items()) if attrs else ()
     h = _current()
     try:  # free unless something raises: then jax's error becomes one that names the user's line
@@ -379,15 +382,10 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
         raise err from err.__cause__  # jax's own error is not chained: its reason is quoted
     if h is not None:
         return _apply_captured(h, op, key, inputs, arrays, out, mask)
-    if not op.multi_output:
-        t = _wrap(out)
-        if mask:
-            _record(op, key, tuple(mask), inputs, arrays, (t,))
-        return t
-    outs = tuple(_wrap(o) for o in out)
+    outs = tuple([_wrap(o) for o in out]) if op.multi_output else (_wrap(out),)
     if mask:
         _record(op, key, tuple(mask), inputs, arrays, outs)
-    return outs
+    return outs if op.multi_output else outs[0]
 
 
 def _apply_captured(h: Any, op: Op, key: tuple, inputs: Sequence, arrays: list, out: Any,

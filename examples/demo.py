@@ -7,6 +7,7 @@ at or above the batch median, a data-dependent count) and a Python decision on t
 
     python examples/demo.py                    # train (partial_trace), then compare modes
     python examples/demo.py --mode eager       # the same training, op by op
+    python examples/demo.py --amp              # mixed precision: float16 (eager.amp)
     python examples/demo.py --help
 
 The data are the 8x8 digits that scikit-learn ships (no download). At the end a table compares
@@ -30,6 +31,7 @@ import eager as eg
 import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
+from eager import amp
 from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
 
@@ -84,9 +86,11 @@ def hard_example_loss(logits: eg.Tensor, labels: eg.Tensor) -> eg.Tensor:
 
 
 class Model:
-    """Backbone, head, optimizer and GradManager, with a training step for each mode."""
+    """Backbone, head, optimizer and GradManager, with a training step for each mode; with
+    `low_precision` ("float16" or "bfloat16"), mixed precision: the steps and the evaluation run
+    under `amp.autocast` and the loss is scaled by an `amp.GradScaler`."""
 
-    def __init__(self, mode: str, lr: float = 0.05):
+    def __init__(self, mode: str, lr: float = 0.05, low_precision: str | None = None):
         self.backbone = Backbone()
         self.head = M.Linear(64, CLASSES)
         params = self.backbone.parameters() + self.head.parameters()
@@ -95,25 +99,34 @@ class Model:
         self.features = partial_trace(self.backbone) if mode == "partial" else self.backbone
         self.step: Callable[[eg.Tensor, eg.Tensor], eg.Tensor] = (
             xla_trace(self._static_step) if mode == "xla" else self._dynamic_step)
+        self.autocast = amp.autocast(low_precision is not None, low_precision or "float16")
+        self.scaler = amp.GradScaler() if low_precision else None
+
+    def _backward(self, loss: eg.Tensor) -> None:
+        if self.scaler is None:
+            self.gm.backward(loss)
+        else:
+            self.scaler.backward(self.gm, loss)  # skips the step if a gradient overflowed
 
     def _dynamic_step(self, x: eg.Tensor, y: eg.Tensor) -> eg.Tensor:
-        with self.gm:
+        with self.gm, self.autocast:
             loss = hard_example_loss(self.head(self.features(x)), y)
-            self.gm.backward(loss)
+            self._backward(loss)
         self.opt.step().clear_grad()
         return loss
 
     def _static_step(self, x: eg.Tensor, y: eg.Tensor) -> eg.Tensor:
         """The static variant of the head: label-smoothed cross-entropy over the whole batch."""
-        with self.gm:
+        with self.gm, self.autocast:
             loss = F.cross_entropy(self.head(self.features(x)), y, label_smooth=0.1)
-            self.gm.backward(loss)
+            self._backward(loss)
         self.opt.step().clear_grad()
         return loss
 
     def accuracy(self, x: np.ndarray, y: np.ndarray) -> float:
         self.backbone.eval()
-        predicted = self.head(self.features(eg.tensor(x))).argmax(axis=1).numpy()
+        with self.autocast:
+            predicted = self.head(self.features(eg.tensor(x))).argmax(axis=1).numpy()
         self.backbone.train()
         return float((predicted == y).mean())
 
@@ -126,10 +139,11 @@ def batches(data: Data, batch_size: int, rng: np.random.Generator):
         yield eg.tensor(data.train_x[idx]), eg.tensor(data.train_y[idx])
 
 
-def train(data: Data, mode: str, epochs: int, batch_size: int, seed: int) -> Model:
+def train(data: Data, mode: str, epochs: int, batch_size: int, seed: int,
+          low_precision: str | None = None) -> Model:
     """Train in `mode`, with a progress bar and the test accuracy after each epoch."""
     eg.random.seed(seed)
-    model = Model(mode)
+    model = Model(mode, low_precision=low_precision)
     rng = np.random.default_rng(seed)
     steps = len(data.train_x) // batch_size
     for epoch in range(1, epochs + 1):
@@ -180,14 +194,18 @@ def main(argv: list[str] | None = None) -> None:
                              "everything op by op; xla: the whole step compiled, with the "
                              "static head")
     parser.add_argument("--seed", type=int, default=0, help="seed of data split, init, order")
+    parser.add_argument("--amp", nargs="?", const="float16", choices=["float16", "bfloat16"],
+                        help="mixed precision (eager.amp): autocast to float16 (or the type "
+                             "given) with a GradScaler")
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the final steps-per-second comparison of the three modes")
     args = parser.parse_args(argv)
 
     data = load_data(args.seed)
     print(f"digits: {len(data.train_x)} train, {len(data.test_x)} test images of 8x8; "
-          f"mode {args.mode}, batch {args.batch_size}")
-    model = train(data, args.mode, args.epochs, args.batch_size, args.seed)
+          f"mode {args.mode}, batch {args.batch_size}"
+          + (f", mixed precision ({args.amp})" if args.amp else ""))
+    model = train(data, args.mode, args.epochs, args.batch_size, args.seed, args.amp)
     accuracy = model.accuracy(data.test_x, data.test_y)
     print(f"final test accuracy {accuracy:.3f}")
     if args.no_compare:

@@ -30,6 +30,7 @@ from .guards import Same, value_token
 STATIC_TYPES = (bool, int, float, complex, str, bytes, type(None))
 _Tensor, _Module, _Optimizer = eg.Tensor, M.Module, optim.Optimizer
 _read, _wrap = eg.read, eg.hooks.wrap
+_autocast_dtype = eg.amp.autocast_dtype
 
 
 class Call:
@@ -142,7 +143,15 @@ def flatten_call(args: tuple, kwargs: dict) -> Call:
             spec.append(value_token(x))
         else:
             raise _unsupported(args, kwargs, x)
-    return Call((treedef, tuple(spec)), leaves, treedef, tensors, arrays, objects, floats)
+    return Call((treedef, tuple(spec), *_amp_key()), leaves, treedef, tensors, arrays, objects,
+                floats)
+
+
+def _amp_key() -> tuple:
+    """The autocast state of this thread (`eager.amp`), part of every key: it changes the
+    dtypes the region computes in. Empty outside autocast."""
+    low = _autocast_dtype()
+    return () if low is None else (("autocast", low),)
 
 
 def _distinct_tensors(args: tuple) -> bool:
@@ -163,7 +172,7 @@ def _positional_tensors(args: tuple) -> Call:
         spec = tuple([tensor_spec(a) for a in arrays])
     else:
         spec = (arrays[0].aval,) if len(arrays) == 1 else tuple([a.aval for a in arrays])
-    return Call((treedef, spec), tensors, treedef, tensors, arrays, [])
+    return Call((treedef, spec, *_amp_key()), tensors, treedef, tensors, arrays, [])
 
 
 def _unsupported(args: tuple, kwargs: dict, bad: Any) -> UnsupportedArgumentError:
@@ -218,11 +227,17 @@ def _leaf_text(spec: Any) -> str:
     return repr(spec)
 
 
+def _amp_text(amp: list) -> str:
+    return f"{amp[0][1]}" if amp else "off"
+
+
 def describe_change(fn: Callable, old: tuple, new: tuple, args: tuple, kwargs: dict) -> str:
     """Which argument leaf differs between the keys `old` and `new` of calls of `fn`, from what
     to what (`args`/`kwargs` are the new call's, for the names)."""
-    old_tree, old_spec = old
-    new_tree, new_spec = new
+    old_tree, old_spec, *old_amp = old
+    new_tree, new_spec, *new_amp = new
+    if old_amp != new_amp:
+        return f"autocast changed from {_amp_text(old_amp)} to {_amp_text(new_amp)}"
     if old_tree != new_tree:
         return f"the argument structure changed from {old_tree} to {new_tree}"
     try:

@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from .. import context
+from ..amp_policy import pending_skip
 from ..device import commit
 from ..errors import OpArgumentError
-from ..tensors import Tensor, rebind
+from ..ops import OPS
+from ..tensors import Tensor, apply, rebind
 
 
 class ParamGroup(dict):
@@ -153,7 +155,11 @@ class Optimizer:
 
     @staticmethod
     def _set(tensors: list[Tensor], new: tuple[Tensor, ...]) -> None:
-        """Rebind each tensor to its updated value."""
+        """Rebind each tensor to its updated value; inside a traced region where
+        `amp.GradScaler` found a gradient not finite, to the old value (the step is skipped)."""
+        found = pending_skip(context.current(), tensors)
+        if found is not None:
+            new = tuple(apply(OPS["where"], found, t, n) for t, n in zip(tensors, new))
         for t, n in zip(tensors, new):
             rebind(t, n._data)
 
