@@ -37,7 +37,7 @@ class SegmentFunction:
             as `eager.hooks.Finished` with the manager's callbacks applied (compiled).
     """
 
-    __slots__ = ("segment", "deps", "name", "finisher", "_plans", "_forward")
+    __slots__ = ("segment", "deps", "name", "finisher", "_plans", "_forward", "_last")
 
     def __init__(self, segment: Segment, deps: Sequence[frozenset[int]], name: str,
                  finisher: Callable | None = None):
@@ -47,6 +47,7 @@ class SegmentFunction:
         self.finisher = finisher
         self._plans: dict[tuple[int, ...], tuple | None] = {}
         self._forward: Any = None
+        self._last: tuple | None = None  # (inputs, outputs) differentiated by the last call
 
     def wrt(self, tensors: Sequence[Any]) -> tuple[int, ...]:
         """The positions of the inputs that need a gradient now (none when nothing records)."""
@@ -69,6 +70,7 @@ class SegmentFunction:
                 forward = self._forward = self.segment.forward().compiled
             return [wrap(o) for o in forward(*arrays)]
         fwd, bwd, used, diff_outputs, reach, higher = plan
+        self._last = (used, diff_outputs)
         outs, residuals = fwd(*arrays)
         results = [wrap(o) for o in outs]
         avals = [(o.shape, o.dtype) for o in (outs[j] for j in diff_outputs)]
@@ -97,6 +99,11 @@ class SegmentFunction:
         _hooks.make_node(self.name, inputs, [results[j] for j in diff_outputs], backward,
                          sparse=True, op=as_op, finish=finish)
         return results
+
+    def last_signature(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(inputs, outputs) differentiated by the last call that recorded a tape node (the
+        `Segment.vjp` signature it ran), or None if no call did."""
+        return self._last
 
     def _plan(self, wrt: tuple[int, ...]) -> tuple | None:
         """(forward, backward, inputs differentiated, outputs differentiated) for the inputs

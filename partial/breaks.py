@@ -31,6 +31,7 @@ class Breaks:
         self.kind, self.differentiable = settings.kind, settings.differentiable
         self.recompile_limit = settings.recompile_limit
         self.graph_breaks = settings.graph_breaks
+        self.remat = settings.remat
         self.shapes: dict = {}  # (op, attrs, input avals) -> output avals
         self.compiled_at: Counter = Counter()  # stretch start -> sequences compiled
         self.last: list = []  # per stretch of the last call: (ops, why it ended, where, how)
@@ -87,7 +88,8 @@ class Breaks:
                 self.compiled_at[site], self.recompile_limit, "the ops it records, their input "
                 "shapes or dtypes, or the tensors alive at its end differ from every cached "
                 "one", "Keep shapes fixed, or raise recompile_limit.")
-        piece = compile_stretch(st, outputs, f"{self.name}_part{ordinal + 1}")
+        piece = compile_stretch(st, outputs, f"{self.name}_part{ordinal + 1}",
+                                remat=self.remat)
         cache.add_piece(key, piece)
         return piece, False
 

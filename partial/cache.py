@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ class CacheInfo:
     ops: int = 0
 
 
+_HISTORY = 32  # captures whose reason explain() keeps
 _PIECE = "piece"  # heads the key of a piece (a guard key never starts with a string)
 
 
@@ -63,6 +64,9 @@ class Cache:
         self.hits = 0
         self.dropped_seconds = 0.0
         self.reasons: list[str] = []
+        # why each capture happened, most recent last (bounded: a region that recompiles
+        # forever must not grow it)
+        self.history: deque[str] = deque(maxlen=_HISTORY)
         self.recent: Entry | None = None  # the most recently used entry
         self.deaths: list = []  # weak references to entries whose guarded objects died
         # Held for a whole call: calls of one function run one at a time, so concurrent calls

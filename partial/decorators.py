@@ -9,6 +9,7 @@ from typing import Any
 
 import eager as eg
 import eager.module as M
+from xla_segments import REMAT_VALUES
 
 from .errors import UnsupportedInRegionError
 from .function import TracedFunction
@@ -22,7 +23,8 @@ _OPTIONS = {"recompile_limit": 8, "cache_size": 64}
 
 def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const: bool,
           options: dict[str, Any], donate: bool = False, graph_breaks: bool = False,
-          without_host: bool = False, trace_gmcallback: bool = False) -> Any:
+          without_host: bool = False, trace_gmcallback: bool = False,
+          remat: bool | str = False) -> Any:
     unknown = set(options) - set(_OPTIONS)
     if unknown:
         raise TypeError(f"{kind}() got unknown option(s) {sorted(unknown)}; "
@@ -32,7 +34,7 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
                          "code cannot break; choose one")
     settings = Settings(kind, differentiable, capture_as_const, donate=donate,
                         graph_breaks=graph_breaks, without_host=without_host,
-                        trace_gmcallback=trace_gmcallback,
+                        trace_gmcallback=trace_gmcallback, remat=_remat(kind, remat),
                         **{**_OPTIONS, **options})
 
     def decorate(f: Callable) -> Any:
@@ -47,7 +49,8 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
 def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
                   backend: str = "xla", capture_as_const: bool = False,
                   graph_breaks: bool = False, without_host: bool = False,
-                  trace_gmcallback: bool = False, **options: Any) -> Any:
+                  trace_gmcallback: bool = False, remat: bool | str = False,
+                  **options: Any) -> Any:
     """Compile a region of eager code into one XLA forward (and backward) segment.
 
     Use as `@partial_trace` or `@partial_trace(capture_as_const=True, ...)`. The region's
@@ -89,6 +92,11 @@ def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
             then happen only when that step is captured; tensors they close over are read at
             every call. Off by default (MegEngine's default is on), so that callbacks that log
             or read values keep working; a region with graph breaks runs them in Python.
+        remat: rematerialization (`jax.checkpoint`) of the segment's training forward: False
+            keeps what jax's vjp keeps for the backward; True keeps only the inputs and
+            recomputes the forward in the backward; "dots" also keeps the results of matmuls
+            and convolutions. Values and gradients are the same; memory held between forward
+            and backward goes down (`residual_bytes` in `entries()`), time goes up.
         recompile_limit: captures after which a warning explains each new capture (default 8).
         cache_size: compiled entries kept, least recently used dropped first (default 64).
 
@@ -106,7 +114,8 @@ def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
         raise ValueError(f"partial_trace: unknown backend {backend!r}; the backend is 'xla'")
     return _make(_one_function("partial_trace", fn, func), "partial_trace", True,
                  capture_as_const, options, graph_breaks=bool(graph_breaks),
-                 without_host=bool(without_host), trace_gmcallback=bool(trace_gmcallback))
+                 without_host=bool(without_host), trace_gmcallback=bool(trace_gmcallback),
+                 remat=remat)
 
 
 def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
@@ -179,6 +188,12 @@ def trace(function: Callable | None = None, *, symbolic: bool = True,
     del symbolic, symbolic_shape  # both modes compile; accepted so MegEngine code runs unchanged
     return xla_trace(function, capture_as_const=capture_as_const, without_host=without_host,
                      **options)
+
+
+def _remat(kind: str, remat: Any) -> bool | str:
+    if not any(remat is v or isinstance(remat, str) and remat == v for v in REMAT_VALUES):
+        raise ValueError(f"{kind}(remat={remat!r}): remat is False, True or 'dots'")
+    return remat
 
 
 def _one_function(kind: str, fn: Callable | None, func: Callable | None) -> Callable | None:

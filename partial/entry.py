@@ -59,7 +59,7 @@ class Entry:
 
     def __init__(self, key: tuple, program: Program, call: Call, name: str, *,
                  differentiable: bool = True, donate: bool = False, deaths: list | None = None,
-                 finisher: Any = None):
+                 finisher: Any = None, remat: bool | str = False):
         self.key = key
         self.program = program
         self.differentiable = differentiable
@@ -85,7 +85,7 @@ class Entry:
         self.copies = 0  # donated buffers that were shared and had to be copied first
         self.segment = Segment(program.function(), program.in_avals, name=name,
                                options=segment_options(program.in_avals, donate=self.donated,
-                                                       per_rank=program.per_rank))
+                                                       per_rank=program.per_rank, remat=remat))
         self.conv_rewrites = eg.conv_rewrites()
         self.function = SegmentFunction(self.segment, program.deps, name, finisher)
         self.out_leaves = program.out_leaves

@@ -22,8 +22,10 @@ import eager as eg
 from xla_segments import Segment
 
 from .cache import CacheInfo, shared_cache
+from .entry import Entry
 from .export import dump_region, export_region
 from .gmcallback import CompiledCallbacks
+from .introspection import EntryInfo, entry_info
 from .key import function_token
 from .settings import Settings
 from .whole import WholeRegion
@@ -67,6 +69,14 @@ class TracedFunction:
     def _name(self) -> str:
         return getattr(self._fn, "__name__", type(self._fn).__name__).strip("<>") or "region"
 
+    def entries(self) -> list[EntryInfo]:
+        """The compiled entries of a region without graph breaks, least recently used first:
+        for each, the arguments it was compiled for, its guards, HLO, XLA's cost and memory
+        analyses, the bytes kept from forward to backward and its compile time (see
+        `EntryInfo`). A region with breaks caches pieces instead: see `explain()`."""
+        with self._cache.lock:
+            return [entry_info(e, self._fn) for e in self._cache.lru if isinstance(e, Entry)]
+
     def segments(self) -> list[Segment]:
         """The compiled segments of the cached entries and pieces, least recently used first
         (each can report its executables' cost, memory and HLO)."""
@@ -107,6 +117,12 @@ class TracedFunction:
         """
         info = self._cache.info()
         lines = self._cache.runner.describe(f"{self._settings.kind} `{self._name()}`")
+        history = list(self._cache.history)
+        if len(history) > 1:
+            first = max(info.captures - len(history), 0) + 1
+            lines.append("captured again because:")
+            lines += [f"  capture {first + i}: {why}" for i, why in enumerate(history)
+                      if first + i > 1]
         lines.append(f"cache: {info.captures} captures, {info.hits} hits, {info.entries} "
                      f"entries, {info.compile_seconds:.2f} s compiling")
         return "\n".join(lines)

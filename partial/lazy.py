@@ -335,7 +335,7 @@ def _parent(t: Any, node: Any, out_idx: int, array: Any) -> Any:
     return stand_in
 
 
-def compile_stretch(st: Stretch, outputs: tuple, name: str) -> Piece:
+def compile_stretch(st: Stretch, outputs: tuple, name: str, remat: bool | str = False) -> Piece:
     """A piece for the stretch: the replay of its records as a pure function, its segment and
     the gradient dependencies of its outputs."""
     plan = []
@@ -369,7 +369,7 @@ def compile_stretch(st: Stretch, outputs: tuple, name: str) -> Piece:
                                      sharding=abstract(x).sharding if hasattr(x, "shape")
                                      else None)  # a Python scalar has no placement
                 for a, x in zip(st.avals, st.inputs)]
-    segment = Segment(replay, in_avals, name=name, options=segment_options(in_avals))
+    segment = Segment(replay, in_avals, name=name, options=segment_options(in_avals, remat=remat))
     function = SegmentFunction(segment, [deps[i] for i in outputs], name)
     wrt = tuple(i for i, needs in enumerate(tracked_inputs) if needs)
     return Piece(function, wrt)

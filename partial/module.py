@@ -71,6 +71,9 @@ class TracedModule(M.Module):
     def explain(self) -> str:
         return self._traced.explain()
 
+    def entries(self) -> list:
+        return self._traced.entries()
+
     def segments(self) -> list:
         return self._traced.segments()
 

@@ -19,3 +19,4 @@ class Settings:
     graph_breaks: bool = False
     without_host: bool = False  # a graph break is an error: no Python runs per call
     trace_gmcallback: bool = False  # GradManager callbacks of segment inputs run compiled
+    remat: bool | str = False  # the training forward keeps (True) only inputs / ("dots") matmuls

@@ -56,8 +56,11 @@ class WholeRegion:
         cache, s = self.cache, self.settings
         if not s.differentiable and hooks.is_recording():
             refuse_outer_gradients(call.tensors)
+        why = self._why(fn, call, args, kwargs, reasons)
+        cache.history.append(why)
+        logger.info("%s `%s`: capture %d: %s", s.kind, self.name, cache.captures + 1, why)
         if cache.captures >= s.recompile_limit:
-            self._warn_recompile(fn, call, args, kwargs, reasons)
+            self._warn_recompile(fn, why)
         elif cache.family.captures >= s.recompile_limit:
             self._warn_wrappers(fn)
         try:
@@ -77,7 +80,8 @@ class WholeRegion:
                 s.kind, self.name, first, found.why)
             return self._switch_to_breaks(first).call(fn, args, kwargs)
         entry = Entry(call.key, program, call, self.name, differentiable=s.differentiable,
-                      donate=s.donate, deaths=cache.deaths, finisher=self.finisher)
+                      donate=s.donate, deaths=cache.deaths, finisher=self.finisher,
+                      remat=s.remat)
         cache.captures += 1
         cache.family.captures += 1
         cache.add(entry)
@@ -104,14 +108,18 @@ class WholeRegion:
                     "stretches between breaks", self.settings.kind, self.name, first)
         return breaks
 
-    def _warn_recompile(self, fn: Callable, call: Any, args: tuple, kwargs: dict,
-                        reasons: list[str]) -> None:
+    def _why(self, fn: Callable, call: Any, args: tuple, kwargs: dict,
+             reasons: list[str]) -> str:
+        """Why a capture happens now, in words: what differs from the cached entries."""
+        if not self.cache.captures:
+            return "the first call"
         if reasons:
-            why = "; ".join(dict.fromkeys(reasons))
-        else:
-            last = self.cache.most_recent()
-            why = describe_change(fn, last.key, call.key, args, kwargs) if last else \
-                "no compiled entry was cached (cache_clear() or cache_size)"
+            return "; ".join(dict.fromkeys(reasons))
+        closest = _closest([e.key for e in self.cache.lru if isinstance(e, Entry)], call.key)
+        return describe_change(fn, closest, call.key, args, kwargs) if closest else \
+            "no compiled entry was cached (cache_clear() or cache_size)"
+
+    def _warn_recompile(self, fn: Callable, why: str) -> None:
         warn_recompile(
             self.settings.kind, f"`{self.name}`{_where(fn)}", self.cache.captures + 1,
             self.settings.recompile_limit, why, "Every new argument shape, dtype or plain "
@@ -145,6 +153,18 @@ class WholeRegion:
             raise LookupError(f"{self.settings.kind} `{self.name}` has no compiled entry for "
                               "these arguments; call it with them first")
         return inputs[0]
+
+
+def _closest(keys: list[tuple], key: tuple) -> tuple | None:
+    """Of the cached guard keys (least recently used first), the one `key` differs from least
+    (the same argument structure first, then the fewest argument leaves changed, then the most
+    recently used): what a new capture is best explained by."""
+    def distance(other: tuple) -> tuple:
+        if other[0] != key[0]:
+            return (1, 0)
+        return (0, sum(a != b for a, b in zip(other[1], key[1])) + (other[2:] != key[2:]))
+
+    return min(reversed(keys), key=distance, default=None)
 
 
 def _where(fn: Callable) -> str:

@@ -8,8 +8,8 @@ and its HLO. How a segment is compiled (donation, shardings, XLA compiler option
 rematerialization) is one hashable `CompileOptions` value.
 """
 
-from .options import CompileOptions
+from .options import REMAT_VALUES, CompileOptions
 from .per_rank import PerRank
 from .segment import Executable, Segment, abstract
 
-__all__ = ["Segment", "Executable", "CompileOptions", "PerRank", "abstract"]
+__all__ = ["Segment", "Executable", "CompileOptions", "PerRank", "abstract", "REMAT_VALUES"]

@@ -113,6 +113,9 @@ class _Tuned:
     def __init__(self, tuned: Callable, plain: Callable):
         self.tuned, self.plain = tuned, plain
 
+    def _cache_size(self) -> int:  # as a jitted function reports it (compiled specializations)
+        return self.tuned._cache_size() + self.plain._cache_size()
+
     def __call__(self, *args: Any) -> Any:
         # a capture may call an op on concrete arrays that it lifts into the trace later
         if current() is not None or any(isinstance(a, jax.core.Tracer)
