@@ -388,11 +388,12 @@ class EagerRunner(Runner):
 
 class PartialRunner(EagerRunner):
     """The eager step with the backbone under `partial_trace`: one compiled forward and one
-    compiled backward segment; head, loss, backward pass and optimizer stay eager."""
+    compiled backward segment; head, loss, backward pass and optimizer stay eager. `remat` is
+    `partial_trace`'s rematerialization option for the backbone (False: none)."""
 
-    def __init__(self, name: str, batch: int | None = None):
+    def __init__(self, name: str, batch: int | None = None, remat: bool | str = False):
         super().__init__(name, batch)
-        self.backbone = partial_trace(self.model.backbone)
+        self.backbone = partial_trace(self.model.backbone, remat=remat)
 
     def step(self) -> eg.Tensor:
         with self.gm:
@@ -432,9 +433,11 @@ def xla_step(name: str, batch: int | None = None) -> XlaRunner:
     return XlaRunner(name, batch)
 
 
-def partial_step(name: str, batch: int | None = None) -> PartialRunner:
-    """The training step of workload `name` with its backbone compiled by `partial_trace`."""
-    return PartialRunner(name, batch)
+def partial_step(name: str, batch: int | None = None,
+                 remat: bool | str = False) -> PartialRunner:
+    """The training step of workload `name` with its backbone compiled by `partial_trace`
+    (`remat`: its rematerialization option, False, True or "dots")."""
+    return PartialRunner(name, batch, remat)
 
 
 def eager_step(name: str, batch: int | None = None) -> EagerRunner:
