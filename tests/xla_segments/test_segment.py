@@ -310,3 +310,24 @@ def test_a_per_rank_segment_refuses_donation_and_bad_options():
                 options=CompileOptions(per_rank=_per_rank(), donate=(0,)))
     with pytest.raises(TypeError, match="per_rank must be None or a PerRank"):
         CompileOptions(per_rank="rank")
+
+
+def test_the_training_forward_keeps_only_the_residuals_the_backward_reads():
+    """jax's vjp of a normalization keeps a value its transpose never reads; the segment's
+    forward does not return it, and gradients are jax's."""
+    def norm(x, w):
+        return ((x - x.mean(0)) / jnp.sqrt(x.var(0) + 1e-5) * w,)
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((8, 4)), jnp.float32)
+    w = jnp.arange(1.0, 5.0)
+    seg = Segment(norm, [x, w])
+    _, pullback = jax.vjp(norm, x, w)
+    everything = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(pullback))
+    assert seg.residual_bytes((0, 1), (0,)) < everything
+    fwd, bwd = seg.vjp((0, 1), (0,))
+    outs, residuals = fwd(x, w)
+    ct = jnp.ones((8, 4))
+    got = bwd(residuals, (ct,))
+    want = pullback((ct,))
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
