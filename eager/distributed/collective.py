@@ -62,6 +62,11 @@ class _PerRank:
         out = run(*[_lift(x, g) for x in leaves])
         return jax.tree.map(_unlift, out)
 
+    def _cache_size(self) -> int:
+        """Compiled variants, as a jitted function reports them (one jit per group and
+        argument structure)."""
+        return sum(run._cache_size() for run in self._cache.values())
+
     def _traced(self, args: tuple) -> Any:
         """Inside a region: the collective itself, over the rank axis that the capture binds
         (the region is then compiled under `shard_map` over the ranks' mesh)."""
