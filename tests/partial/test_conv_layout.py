@@ -90,10 +90,20 @@ def _run(wrap_kind, steps=2):
     return losses, grads, state, region if wrap_kind == "partial" else run
 
 
-@pytest.mark.parametrize("kind", ["eager", "partial", "xla"])
-def test_values_and_gradients_equal_nchw_eager_without_rewrites(kind, rewrites):
+@pytest.fixture(scope="module")
+def nchw_eager():
+    """The reference, once per module: eager NCHW training with the rewrites off."""
+    before = eg.conv_rewrites()
     eg.set_conv_rewrites(False)
-    want_losses, want_grads, want_state, _ = _run("eager")
+    try:
+        return _run("eager")
+    finally:
+        eg.set_conv_rewrites(before)
+
+
+@pytest.mark.parametrize("kind", ["eager", "partial", "xla"])
+def test_values_and_gradients_equal_nchw_eager_without_rewrites(kind, rewrites, nchw_eager):
+    want_losses, want_grads, want_state, _ = nchw_eager
     eg.set_conv_rewrites(True)
     losses, grads, state, _ = _run(kind)
     assert_close(losses, want_losses)

@@ -520,7 +520,7 @@ def _settings(examples: int, steps: int) -> settings:
 # Examples, and steps per example, of each machine. An example runs at most CAPTURES + 1
 # captures (0.25 s each for a partial_trace region, 0.6 s for an xla_trace step on a loaded
 # 2-core machine) and then cheap cached calls; each machine runs more than 1,000 steps.
-SETTINGS = {"partial": _settings(24, 90), "xla": _settings(18, 120)}
+SETTINGS = {"partial": _settings(20, 90), "xla": _settings(15, 120)}
 
 
 def _run(machine) -> None:
