@@ -30,15 +30,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks.suite import ROOT, machine, peak_rss_mb
+from benchmarks.suite import child, machine, peak_rss_mb, time_steps
 
 REMATS: tuple[bool | str, ...] = (False, True, "dots")
 WORKLOADS = ("mlp", "cnn", "gpt")
@@ -65,18 +63,7 @@ def run_one(workload: str, remat: bool | str, warmup: int, timed: int,
     from benchmarks.workloads import partial_step
 
     runner = partial_step(workload, batch, remat=remat)
-    losses = []
-    for _ in range(1 + warmup):
-        loss = runner.step()
-        runner.sync(loss)
-        losses.append(loss)
-    times = []
-    for _ in range(timed):
-        start = time.perf_counter()
-        loss = runner.step()
-        runner.sync(loss)
-        times.append(time.perf_counter() - start)
-        losses.append(loss)
+    _, times, losses = time_steps(runner, warmup, timed)
     entries = runner.backbone.entries()
     info = entries[-1]
     return {
@@ -97,14 +84,8 @@ def xla_peak_mib(result: dict[str, Any]) -> float:
 def _child(workload: str, remat: bool | str, warmup: int, timed: int,
            batch: int | None) -> dict[str, Any]:
     """Run one configuration in `python -m benchmarks.remat --child ...`; its JSON result."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     args = [workload, str(remat), str(warmup), str(timed), str(batch or 0)]
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.remat", "--child", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
-    return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    return child("benchmarks.remat", args)[-1]
 
 
 def _cell(value: float, base: float, digits: int = 1) -> tuple[str, str]:

@@ -95,6 +95,19 @@ def run_one(workload: str, variant: str, warmup: int, timed: int,
             batch: int | None = None) -> dict[str, Any]:
     """Measure one (workload, variant) in this process; times in seconds."""
     runner = _make_runner(workload, variant, batch)
+    first, times, losses = time_steps(runner, warmup, timed)
+    step_bytes = runner.step_memory()
+    return {
+        "workload": workload, "variant": variant, "first_step_s": first, "times_s": times,
+        "losses": [runner.float_loss(x) for x in losses],
+        "peak_rss_mb": peak_rss_mb(),
+        "step_memory_mb": None if step_bytes is None else step_bytes / 2**20,
+    }
+
+
+def time_steps(runner: Any, warmup: int, timed: int) -> tuple[float, list[float], list[Any]]:
+    """(first step's seconds, each timed step's seconds, every step's loss) of `runner`: one
+    first step (capture and compilation), `warmup` untimed steps, then `timed` timed ones."""
     start = time.perf_counter()
     loss = runner.step()
     runner.sync(loss)
@@ -111,22 +124,16 @@ def run_one(workload: str, variant: str, warmup: int, timed: int,
         runner.sync(loss)
         times.append(time.perf_counter() - start)
         losses.append(loss)
-    step_bytes = runner.step_memory()
-    return {
-        "workload": workload, "variant": variant, "first_step_s": first, "times_s": times,
-        "losses": [runner.float_loss(x) for x in losses],
-        "peak_rss_mb": peak_rss_mb(),
-        "step_memory_mb": None if step_bytes is None else step_bytes / 2**20,
-    }
+    return first, times, losses
 
 
-def _child(args: list[str]) -> list[dict[str, Any]]:
-    """Run `python -m benchmarks.suite --child ...` and parse its JSON lines."""
+def child(module: str, args: list[str]) -> list[dict[str, Any]]:
+    """Run `python -m <module> --child ...` in a fresh process; the JSON lines it prints."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"inductor-{os.getpid()}-{time.time_ns()}"))
-    cmd = [sys.executable, "-m", "benchmarks.suite", "--child", *args]
+    cmd = [sys.executable, "-m", module, "--child", *args]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
@@ -143,8 +150,8 @@ def measure_workload(workload: str, variants: list[str], quick: bool) -> list[di
     batch = QUICK_BATCH.get(spec) if quick else None
     common = [workload, str(warmup), str(timed), str(batch or 0)]
     if quick:
-        return _child([*common, ",".join(variants)])
-    return [r for v in variants for r in _child([*common, v])]
+        return child("benchmarks.suite", [*common, ",".join(variants)])
+    return [r for v in variants for r in child("benchmarks.suite", [*common, v])]
 
 
 def summarize(result: dict[str, Any]) -> dict[str, float]:
