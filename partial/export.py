@@ -17,7 +17,6 @@ differ.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +31,7 @@ from .capture import capture
 from .errors import ExportError
 from .exported import Artifact, write
 from .handover import BreakFound
-from .key import Call, flatten_call, format_path
+from .key import Call, argument_paths, flatten_call
 from .program import Program
 from .sources import Argument, Lifted, Result
 
@@ -342,14 +341,5 @@ def _artifact(program: Program, specs: list, keep_params: bool, names: list, nam
 def input_names(fn: Callable, key: tuple) -> list[str]:
     """The name of each Tensor argument of guard key `key` as the user wrote it: `x`,
     `batch['image']`, `args[2]`."""
-    treedef, spec = key[0], key[1]
-    target = fn.forward if isinstance(fn, eg.module.Module) else fn
-    try:
-        params = [n for n, p in inspect.signature(target).parameters.items()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        params = None
-    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(
-        treedef.unflatten(list(range(treedef.num_leaves))))[0]]
-    return [format_path(path, params) for path, s in zip(paths, spec)
+    return [path for path, s in argument_paths(fn, key)
             if _is_aval(s) or isinstance(s, tuple) and len(s) == 2 and _is_aval(s[0])]

@@ -15,18 +15,14 @@ True
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import jax
-
-import eager.module as M
 from xla_segments import Executable, Segment
 
 from .key import _leaf_text as describe_leaf
-from .key import format_path
+from .key import argument_paths
 
 KINDS = ("forward", "forward_vjp", "backward")
 
@@ -96,13 +92,4 @@ def entry_info(entry: Any, fn: Callable) -> EntryInfo:
 
 def describe_arguments(fn: Callable, key: tuple) -> list[str]:
     """Each argument leaf of guard key `key`, as "path: what" (`x: Tensor[3, 4] float32`)."""
-    treedef, spec = key[0], key[1]
-    if isinstance(fn, M.Module):  # partial_trace(module): the names of its forward
-        fn = fn.forward
-    try:
-        names = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        names = None
-    skeleton = jax.tree_util.tree_unflatten(treedef, list(range(treedef.num_leaves)))
-    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(skeleton)[0]]
-    return [f"{format_path(p, names)}: {describe_leaf(s)}" for p, s in zip(paths, spec)]
+    return [f"{path}: {describe_leaf(spec)}" for path, spec in argument_paths(fn, key)]

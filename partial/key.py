@@ -187,6 +187,26 @@ def _unsupported(args: tuple, kwargs: dict, bad: Any) -> UnsupportedArgumentErro
         f"dicts of them: {hint}")
 
 
+def parameter_names(fn: Callable) -> list[str] | None:
+    """The names of `fn`'s positional parameters (of its `forward` for a Module), which name
+    positional arguments in messages; None when Python cannot tell."""
+    target = fn.forward if isinstance(fn, M.Module) else fn
+    try:
+        return [n for n, p in inspect.signature(target).parameters.items()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return None
+
+
+def argument_paths(fn: Callable, key: tuple) -> list[tuple[str, Any]]:
+    """(path as the user wrote it, spec) of each argument leaf of guard key `key` of `fn`."""
+    treedef, spec = key[0], key[1]
+    skeleton = jax.tree_util.tree_unflatten(treedef, list(range(treedef.num_leaves)))
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(skeleton)[0]]
+    names = parameter_names(fn)
+    return [(format_path(p, names), s) for p, s in zip(paths, spec)]
+
+
 def format_path(path: tuple, names: list[str] | None = None) -> str:
     """A key path of `(args, kwargs)` as the user wrote it: `x`, `batch['image']`, `args[2]`."""
     if not path:
@@ -240,10 +260,7 @@ def describe_change(fn: Callable, old: tuple, new: tuple, args: tuple, kwargs: d
         return f"autocast changed from {_amp_text(old_amp)} to {_amp_text(new_amp)}"
     if old_tree != new_tree:
         return f"the argument structure changed from {old_tree} to {new_tree}"
-    try:
-        names = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        names = None
+    names = parameter_names(fn)
     paths = [p for p, _ in jax.tree_util.tree_flatten_with_path((args, kwargs))[0]]
     for path, a, b in zip(paths, old_spec, new_spec):
         if a != b:
