@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +82,10 @@ def write(path: Any, art: Artifact) -> None:
         "platforms": list(ex.platforms), "jax_version": jax.__version__,
         "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in members.items()},
     }
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    # a temp of its own beside the target (threads of one process share a pid), renamed over it
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.",
+                               suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
     try:
         with zipfile.ZipFile(tmp, "w") as z:
             z.writestr(MANIFEST, json.dumps(manifest, indent=1))
