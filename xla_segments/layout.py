@@ -27,8 +27,9 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex
 
-# Ops that act on each element alone: they run on permuted operands unchanged (all operands
-# of one shape, or scalars), and their result keeps the operands' layout.
+# Ops that act on each element alone: they run on permuted operands unchanged (operands of the
+# result's shape, scalars, or of its rank with size-1 axes that broadcast), and their result
+# keeps the operands' layout.
 _ELEMENTWISE = frozenset({
     "abs", "acos", "acosh", "add", "add_any", "and", "asin", "asinh", "atan", "atan2", "atanh",
     "cbrt", "ceil", "clamp", "convert_element_type", "copy", "copy_p", "cos", "cosh", "div", "eq",
@@ -109,7 +110,7 @@ def _apply(eqn: Any, ins: list[tuple]) -> list[tuple]:
         return _eval(inner.jaxpr, inner.consts, ins)
     if plain:
         return _bind(eqn, [x for x, _ in ins], None)  # nothing permuted: as traced
-    if name in _ELEMENTWISE and _same_shapes(eqn):
+    if name in _ELEMENTWISE and _broadcasts(eqn):
         return _elementwise(eqn, ins)
     if name in _REDUCTIONS:
         return _reduce(eqn, ins)
@@ -131,11 +132,17 @@ def _bind(eqn: Any, values: list, perm: tuple | None, **changes: Any) -> list[tu
     return [(o, perm) for o in outs]
 
 
-def _same_shapes(eqn: Any) -> bool:
-    """Every operand and result has one shape (scalars aside): a true elementwise op."""
-    shapes = {tuple(v.aval.shape) for v in (*eqn.invars, *eqn.outvars)
-              if getattr(v.aval, "shape", ())}
-    return len(shapes) <= 1
+def _broadcasts(eqn: Any) -> bool:
+    """Every operand is a scalar or has the result's rank, each axis its size or 1 (a per-channel
+    `(1, C, 1, 1)` against `(N, C, H, W)`): the op maps elements to elements, whatever the order
+    of the axes, once all operands share one permutation."""
+    out = tuple(eqn.outvars[0].aval.shape)
+    for v in eqn.invars:
+        shape = tuple(getattr(v.aval, "shape", ()))
+        if shape and (len(shape) != len(out)
+                      or any(s not in (o, 1) for s, o in zip(shape, out))):
+            return False
+    return all(tuple(v.aval.shape) == out for v in eqn.outvars)
 
 
 def _elementwise(eqn: Any, ins: list[tuple]) -> list[tuple]:

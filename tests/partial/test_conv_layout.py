@@ -187,6 +187,43 @@ def test_channels_last_keeps_values_and_gradients():
         assert_close(got, want)
 
 
+def _transposed_shapes(fn, *args):
+    """Shapes of the values `fn`'s jaxpr (nested calls included) transposes."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "transpose":
+                found.append(tuple(eqn.invars[0].aval.shape))
+            for sub in eqn.params.values():
+                if hasattr(sub, "jaxpr"):
+                    walk(sub.jaxpr)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
+
+
+def test_channels_last_keeps_activations_channels_last_between_convolutions():
+    # BatchNorm's per-channel (1, C, 1, 1) statistics and affine broadcast against the NCHW
+    # activations: the activations stay channels-last through them; only the output goes back.
+    def conv_bn_conv(x, w1, w2, scale):
+        dn = ("NCHW", "OIHW", "NCHW")
+        y = jax.lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=dn)
+        mean = y.mean(axis=(0, 2, 3), keepdims=True)
+        y = (y - mean) * jax.lax.rsqrt(((y - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
+                                       + 1e-5) * scale.reshape(1, -1, 1, 1)
+        y = jnp.maximum(y, 0.0)
+        return (jax.lax.conv_general_dilated(y, w2, (1, 1), "SAME", dimension_numbers=dn),)
+
+    keys = jax.random.split(jax.random.key(1), 4)
+    args = [jax.random.normal(keys[0], (2, 3, 8, 8)), jax.random.normal(keys[1], (4, 3, 3, 3)),
+            jax.random.normal(keys[2], (5, 4, 3, 3)), jax.random.normal(keys[3], (4,))]
+    fn = channels_last(conv_bn_conv, args)
+    assert_close(jax.jit(fn)(*args)[0], conv_bn_conv(*args)[0])
+    activations = [s for s in _transposed_shapes(fn, *args) if len(s) == 4 and s[0] == 2]
+    assert activations == [(2, 8, 8, 5)]  # the output, once
+
+
 def test_channels_last_leaves_functions_without_convolutions_alone():
     def mlp(x, w):
         return (jnp.tanh(x @ w),)
