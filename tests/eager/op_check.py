@@ -66,7 +66,8 @@ def check_op(
         raise
     outs = out if isinstance(out, tuple) else (out,)
     ref_in = [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in inputs]
-    expected = ref(*ref_in)
+    ref_at = _compiled(ref, ref_in)
+    expected = ref_at({})
     exp_outs = expected if isinstance(expected, tuple) else (expected,)
     assert len(outs) == len(exp_outs), f"{name}: {len(outs)} outputs, expected {len(exp_outs)}"
     for k, (o, e) in enumerate(zip(outs, exp_outs)):
@@ -84,10 +85,7 @@ def check_op(
     gm.backward([outs[k] for k in diff_outs], [eg.tensor(c) for c in cts])
 
     def ref_diff(*d):
-        args = list(ref_in)
-        for i, v in zip(diff, d):
-            args[i] = v
-        return ref(*args)
+        return ref_at(dict(zip(diff, d)))
 
     _, pullback = jax.vjp(ref_diff, *(ref_in[i] for i in diff))
     full_cts = [jnp.zeros(e.shape, e.dtype) for e in exp_outs]
@@ -99,6 +97,27 @@ def check_op(
         assert got is not None, f"{name}: no gradient reached input {i}"
         assert_close(got, g, grad_rtol or rtol * 10, grad_atol or atol * 10,
                      f"{name} gradient of input {i}")
+
+
+def _compiled(ref: Callable[..., Any], ref_in: list) -> Callable[[dict], Any]:
+    """`ref` on `ref_in` with the arrays at some positions replaced (`{position: array}`), as one
+    jitted program: run op by op, a reference dispatches and compiles every jnp primitive for
+    every new shape, the larger part of these tests' time. Non-array inputs stay constants.
+    A numpy reference (it cannot be traced) runs as it is."""
+    arrays = [i for i, x in enumerate(ref_in) if isinstance(x, jax.Array)]
+
+    def call(*values: Any) -> Any:
+        args = list(ref_in)
+        for i, v in zip(arrays, values):
+            args[i] = v
+        return ref(*args)
+
+    jitted = jax.jit(call)
+    try:
+        jax.eval_shape(jitted, *(ref_in[i] for i in arrays))
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        jitted = call  # reads values on the host: not traceable
+    return lambda changes: jitted(*(changes.get(i, ref_in[i]) for i in arrays))
 
 
 def fd_check(f: Callable[..., eg.Tensor], inputs: Sequence[np.ndarray], *, eps: float = 1e-6,
