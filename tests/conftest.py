@@ -1,4 +1,5 @@
-"""Shared fixtures: a deterministic framework seed per test, and float64 for finite differences."""
+"""Shared fixtures: a deterministic framework seed per test, float64 for finite differences, and
+one persistent compilation cache per test process."""
 
 import gc
 import zlib
@@ -8,6 +9,18 @@ import numpy as np
 import pytest
 
 import eager as eg
+import partial
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache(tmp_path_factory):
+    """Tests build the same small models again and again (a stateful test's every example, each
+    parametrization): with the cache, each distinct program compiles once per test process and
+    later ones load it. The directory is new for every run, so nothing leaks between runs; the
+    loaded executable is the one compiled for the same program and options."""
+    partial.set_cache_dir(tmp_path_factory.mktemp("compilation_cache"))
+    yield
+    partial.set_cache_dir(None)
 
 
 @pytest.fixture(autouse=True)
