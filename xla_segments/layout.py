@@ -2,10 +2,11 @@
 
 `channels_last(fn, avals)` traces `fn` once and returns a function computing the same values
 whose convolutions produce their outputs channels-last (NHWC for an NCHW network); the layout
-then propagates through elementwise ops, reductions, transposes and nested calls, and a value
-goes back to its logical layout (one transpose) only where an op is not layout-aware (a
-reshape, a matmul, the segment's outputs). A convolution takes its operands in whatever layout
-they arrive by renumbering its dimension numbers, so no transpose is ever added in front of it.
+then propagates through elementwise ops (per-channel operands broadcast), reductions, pooling
+and its gradients, padding, transposes and nested calls, and a value goes back to its logical
+layout (one transpose) only where an op is not layout-aware (a reshape, a matmul, the
+segment's outputs). A convolution takes its operands in whatever layout they arrive by
+renumbering its dimension numbers, so no transpose is ever added in front of it.
 
 Why: XLA:CPU computes convolutions channels-last; given NCHW it transposes around every
 convolution, and BatchNorm reductions and per-channel broadcasts over NCHW are slower than over
@@ -41,6 +42,20 @@ _ELEMENTWISE = frozenset({
 })
 _REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and",
                          "reduce_or", "argmax", "argmin"})
+# Ops over windows of each axis (pooling, its gradients, padding): they run on permuted operands
+# with their per-axis parameters permuted alike.
+_WINDOWED = {
+    "reduce_window_max": ("window_dimensions", "window_strides", "padding", "base_dilation",
+                          "window_dilation"),
+    "reduce_window_min": ("window_dimensions", "window_strides", "padding", "base_dilation",
+                          "window_dilation"),
+    "reduce_window_sum": ("window_dimensions", "window_strides", "padding", "base_dilation",
+                          "window_dilation"),
+    "select_and_gather_add": ("window_dimensions", "window_strides", "padding", "base_dilation",
+                              "window_dilation"),
+    "select_and_scatter_add": ("window_dimensions", "window_strides", "padding"),
+    "pad": ("padding_config",),
+}
 _CALLS = frozenset({"jit", "pjit", "closed_call", "core_call"})
 _CONV = "conv_general_dilated"
 
@@ -114,6 +129,8 @@ def _apply(eqn: Any, ins: list[tuple]) -> list[tuple]:
         return _elementwise(eqn, ins)
     if name in _REDUCTIONS:
         return _reduce(eqn, ins)
+    if name in _WINDOWED:
+        return _elementwise(eqn, ins, per_axis=_WINDOWED[name])
     if name == "transpose":
         (x, p), = ins
         perm = eqn.params["permutation"]
@@ -145,12 +162,15 @@ def _broadcasts(eqn: Any) -> bool:
     return all(tuple(v.aval.shape) == out for v in eqn.outvars)
 
 
-def _elementwise(eqn: Any, ins: list[tuple]) -> list[tuple]:
+def _elementwise(eqn: Any, ins: list[tuple], per_axis: Sequence[str] = ()) -> list[tuple]:
+    """`eqn` on its operands in one layout, the result in it too; the parameters named in
+    `per_axis` (one entry per axis) permuted alike."""
     # The first permuted operand sets the layout; others are permuted to it (a permuted
     # broadcast of a per-channel vector is a broadcast again: XLA folds the transpose in).
     perm = next(p for _, p in ins if p is not None)
     values = [x if not jnp.ndim(x) else _to(x, p, perm) for x, p in ins]
-    return _bind(eqn, values, perm)
+    changes = {k: tuple(eqn.params[k][a] for a in perm) for k in per_axis}
+    return _bind(eqn, values, perm, **changes)
 
 
 def _reduce(eqn: Any, ins: list[tuple]) -> list[tuple]:

@@ -44,7 +44,8 @@ def assert_close(got, want, rtol=1e-5):
 
 
 class Net(M.Module):
-    """Every kind of convolution the rewrite renumbers, with BatchNorm, pooling and a residual."""
+    """Every kind of convolution the rewrite renumbers, with BatchNorm, max and average pooling
+    (padded) and a residual."""
 
     def __init__(self):
         super().__init__()
@@ -58,7 +59,7 @@ class Net(M.Module):
 
     def forward(self, x):
         h = F.relu(self.bn(self.stem(x)))
-        g = F.relu(self.wide(self.grouped(h)))
+        g = F.relu(self.wide(F.max_pool2d(self.grouped(h), 3, stride=1, padding=1)))
         u = self.bn2(self.up(g))
         r = self.proj(F.avg_pool2d(h, 2))
         out = F.relu(u[:, :, : r.shape[2], : r.shape[3]] + r)
@@ -205,14 +206,17 @@ def _transposed_shapes(fn, *args):
 
 def test_channels_last_keeps_activations_channels_last_between_convolutions():
     # BatchNorm's per-channel (1, C, 1, 1) statistics and affine broadcast against the NCHW
-    # activations: the activations stay channels-last through them; only the output goes back.
+    # activations, and pooling: the activations stay channels-last through them (gradients
+    # included); only the output goes back.
     def conv_bn_conv(x, w1, w2, scale):
         dn = ("NCHW", "OIHW", "NCHW")
         y = jax.lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=dn)
         mean = y.mean(axis=(0, 2, 3), keepdims=True)
         y = (y - mean) * jax.lax.rsqrt(((y - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True)
                                        + 1e-5) * scale.reshape(1, -1, 1, 1)
-        y = jnp.maximum(y, 0.0)
+        y = jax.lax.reduce_window(jnp.maximum(y, 0.0), -jnp.inf, jax.lax.max, (1, 1, 3, 3),
+                                  (1, 1, 1, 1), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        y = jax.lax.reduce_window(y, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
         return (jax.lax.conv_general_dilated(y, w2, (1, 1), "SAME", dimension_numbers=dn),)
 
     keys = jax.random.split(jax.random.key(1), 4)
@@ -221,7 +225,17 @@ def test_channels_last_keeps_activations_channels_last_between_convolutions():
     fn = channels_last(conv_bn_conv, args)
     assert_close(jax.jit(fn)(*args)[0], conv_bn_conv(*args)[0])
     activations = [s for s in _transposed_shapes(fn, *args) if len(s) == 4 and s[0] == 2]
-    assert activations == [(2, 8, 8, 5)]  # the output, once
+    assert activations == [(2, 4, 4, 5)]  # the output, once
+
+    def loss(f):
+        return lambda *a: jnp.sum(f(*a)[0] ** 2)
+
+    grads = jax.grad(loss(fn), argnums=(0, 1, 2, 3))
+    for got, want in zip(jax.jit(grads)(*args),
+                         jax.jit(jax.grad(loss(conv_bn_conv), argnums=(0, 1, 2, 3)))(*args)):
+        assert_close(got, want)
+    backward = [s for s in _transposed_shapes(grads, *args) if len(s) == 4 and s[0] == 2]
+    assert len(backward) <= 2, backward  # the output's cotangent, and the input's gradient
 
 
 def test_channels_last_leaves_functions_without_convolutions_alone():
