@@ -443,7 +443,7 @@ def test_pooling(k, s, p):
              {**attrs, "count_padding": True})
 
 
-@pytest.mark.parametrize("out", [(1, 1), (2, 3), (3, 4), (7, 6)])
+@pytest.mark.parametrize("out", [(1, 1), (2, 3), (3, 4), (7, 6), (7, 2)])
 def test_adaptive_avg_pool2d(out):
     x = np.random.default_rng(10).standard_normal((2, 3, 7, 6)).astype(np.float32)
 
