@@ -2,6 +2,7 @@
 one persistent compilation cache per test process."""
 
 import gc
+import os
 import zlib
 
 import jax
@@ -15,12 +16,21 @@ import partial
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache(tmp_path_factory):
     """Tests build the same small models again and again (a stateful test's every example, each
-    parametrization): with the cache, each distinct program compiles once per test process and
-    later ones load it. The directory is new for every run, so nothing leaks between runs; the
-    loaded executable is the one compiled for the same program and options."""
-    partial.set_cache_dir(tmp_path_factory.mktemp("compilation_cache"))
+    parametrization, the processes of every distributed launch): with the cache, each distinct
+    program compiles once per test worker and later ones load it. Child processes get it
+    through `PARTIAL_CACHE_DIR` (a process that reads an entry another is still writing gets a
+    miss: jax warns and compiles). The directory is new for every run, so nothing leaks between
+    runs; a loaded executable is the one compiled for the same program and options."""
+    directory = str(tmp_path_factory.mktemp("compilation_cache"))
+    partial.set_cache_dir(directory)
+    before = os.environ.get("PARTIAL_CACHE_DIR")
+    os.environ["PARTIAL_CACHE_DIR"] = directory
     yield
     partial.set_cache_dir(None)
+    if before is None:
+        os.environ.pop("PARTIAL_CACHE_DIR", None)
+    else:
+        os.environ["PARTIAL_CACHE_DIR"] = before
 
 
 @pytest.fixture(autouse=True)
