@@ -41,13 +41,16 @@ from .errors import (
     WorkerError,
 )
 from .ops import OPS, Op, defop
+from .ragged import ragged_buckets, set_ragged_buckets
+from .ragged_dispatch import ragged_fallbacks
 from .serialization import load, save
 from .tensors import Parameter, Tensor, apply, read, rebind
 
 __all__ = [
     "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "linspace",
     "eye", "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
-    "set_default_device", "conv_rewrites", "set_conv_rewrites", "distributed", "random",
+    "set_default_device", "conv_rewrites", "set_conv_rewrites", "ragged_buckets",
+    "set_ragged_buckets", "ragged_fallbacks", "distributed", "random",
     "functional", "module", "optimizer", "amp",
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
     "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "OpIndexError",

@@ -28,6 +28,9 @@ class CaptureHooks:
     """
 
     defers = False
+    # Whether a bool-mask selection may stay traced: its length a traced value, its storage
+    # padded to a fixed capacity (eager/ragged.py), instead of a host read of the mask.
+    traced_lengths = False
 
     def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
         """With `defers` set: return the Tensor (or tuple of Tensors, for multi-output ops)

@@ -32,7 +32,7 @@ __all__ = [
     "hand_over", "wrap", "conv_options", "conv_rewrites",
     "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
-    "tape_state", "set_tape_state", "leaf_dependencies",
+    "tape_state", "set_tape_state", "leaf_dependencies", "ragged_length",
 ]
 
 
@@ -156,3 +156,9 @@ def set_tape_state(state: tuple[int, int]) -> None:
 def leaf_dependencies(tensors: Sequence[Any]) -> list[list[Any]]:
     """For each tensor, the leaf tensors its recorded gradient history reaches."""
     return _tape.leaf_dependencies(tensors)
+
+
+def ragged_length(tensor: Any) -> Any:
+    """None, or the logical length of `tensor`'s ragged axis 0 (an int, or a traced int32 for a
+    selection made inside a region); its storage is padded to a capacity (`eager/ragged.py`)."""
+    return tensor._len

@@ -9,6 +9,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from . import ragged_dispatch
+from .context import current
 from .device import commit
 from .errors import OpIndexError
 from .index_checks import check_range
@@ -31,8 +33,9 @@ def _axis_arg(axis: Any) -> Any:
 def parse_index(x: Any, index: Any) -> tuple[tuple, list]:
     """Split an index into a static structure and its dynamic parts (ints, integer arrays).
 
-    Boolean masks become integer arrays here (their count is data-dependent, so this reads the
-    mask's value). Python ints are bounds-checked, as in numpy and PyTorch.
+    Boolean masks become integer index tensors here: ragged ones, padded to a capacity bucket
+    (`eager/ragged.py`), their count read on the host in eager code and traced inside a region.
+    Python ints are bounds-checked, as in numpy and PyTorch.
     """
     items = index if isinstance(index, tuple) else (index,)
     consumed = sum(_dims_consumed(i) for i in items)
@@ -98,12 +101,12 @@ def _index_arrays(item: Any, shape: tuple, dim: int) -> list:
     covers), checked against `shape` in eager code."""
     if isinstance(item, TensorMethods):  # every Tensor is one
         if item.dtype == np.bool_:
-            return [_on_device(a) for a in np.nonzero(item._host("a boolean mask index"))]
+            return mask_indices(item)
         arrays = [item]
     else:
         arr = np.asarray(item)
         if arr.dtype == np.bool_:
-            return [_on_device(a) for a in np.nonzero(arr)]
+            return ragged_dispatch.index_tensors(np.nonzero(arr), arr.size)
         if arr.dtype.kind not in "iu":
             raise bad_argument(
                 f"indexing: tensors are indexed by ints, slices, None, ..., boolean masks and "
@@ -114,3 +117,27 @@ def _index_arrays(item: Any, shape: tuple, dim: int) -> list:
         check_range("indexing", item, shape[dim], "index", negative=True,
                     size=f"axis {dim} of a tensor of shape {shape}")
     return arrays
+
+
+def mask_indices(mask: Any, what: str = "a boolean mask index") -> list:
+    """The index tensors of a bool tensor's true elements: traced inside a region that allows
+    it (no value read, one executable for every count), else from a host read of the mask.
+    Selections by the same mask share them (`out[pos]`, `tgt[pos]`): one read, and one length,
+    which ops combining the two selections can rely on."""
+    h = current()
+    array = mask._data if h is None else h.read(mask)
+    memo = ragged_dispatch.selections(h)
+    hit = memo.get(id(array))
+    if hit is not None and hit[0] is array and hit[1] is mask._len:
+        return ragged_dispatch.rewrap(*hit[2:])
+    if h is not None and h.traced_lengths and isinstance(array, jax.core.Tracer):
+        out = ragged_dispatch.traced_index_tensors(mask)
+    else:
+        host = mask._host(what)
+        out = ragged_dispatch.index_tensors(np.nonzero(host), host.size)
+    if h is None:
+        memo.clear()
+    # arrays, not tensors (a capture would see tensors kept alive as escaping the region);
+    # holding `array` keeps its id its own
+    memo[id(array)] = (array, mask._len, [t._data for t in out], out[0]._len)
+    return out

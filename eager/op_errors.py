@@ -36,8 +36,9 @@ _PROJECT = ("eager", "xla_segments", "autograd_bridge", "partial")
 _PLUMBING = ("jax", "jaxlib")
 _STDLIB = (contextlib.__file__, ft.__file__)
 # Project functions that are not what the user called (a Module's `forward` is named by its op).
-_INTERNAL = frozenset({"apply", "translate", "locate", "checked_shape", "checked_dtype",
-                       "check_size", "check_range", "require", "bad_argument", "forward"})
+_INTERNAL = frozenset({"apply", "run_op", "dispatch", "translate", "locate", "checked_shape",
+                       "checked_dtype", "check_size", "check_range", "require", "bad_argument",
+                       "forward"})
 # Argument kinds an op may take besides tensors (anything else is the wrong kind of argument).
 _ARRAY_KINDS = (bool, int, float, complex, np.generic, np.ndarray, jax.Array)
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import amp_policy as _amp
 from . import device as _device
+from . import ragged_dispatch as _ragged
 from . import tape
 from .context import current as _current
 from .errors import OpTypeError
@@ -43,7 +44,9 @@ class Tensor(TensorMethods):
     24.0
     """
 
-    __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "__weakref__")
+    # `_len`: None, or the logical length of a ragged axis 0 (an int, or a traced int32 inside a
+    # region) whose storage `_data` is padded to a capacity (eager/ragged.py)
+    __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "_len", "__weakref__")
     __array_priority__ = 1000
     __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
 
@@ -53,13 +56,16 @@ class Tensor(TensorMethods):
         self._out_idx = 0
         self._tracked = 0
         self._grad = None
+        self._len = None
         if (h := _current()) is not None:
             h.created(self)
 
     # ----- properties -----------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self._data.shape)
+        if self._len is None:
+            return tuple(self._data.shape)
+        return (_ragged.length_dim(self), *self._data.shape[1:])
 
     @property
     def dtype(self) -> np.dtype:
@@ -71,7 +77,9 @@ class Tensor(TensorMethods):
 
     @property
     def size(self) -> int:
-        return int(np.prod(self._data.shape, dtype=np.int64))
+        if self._len is None:
+            return int(np.prod(self._data.shape, dtype=np.int64))
+        return _ragged.length_dim(self) * int(np.prod(self._data.shape[1:], dtype=np.int64))
 
     @property
     def sharding(self) -> Any:
@@ -109,7 +117,8 @@ class Tensor(TensorMethods):
     def _host(self, what: str) -> np.ndarray:
         if (h := _current()) is not None:
             h.value_read(self, what)
-        return np.asarray(self._data)
+        a = np.asarray(self._data)
+        return a if self._len is None else a[:self._len]  # a ragged tensor's logical rows
 
     def numpy(self) -> np.ndarray:
         """A numpy copy of the value (a host read)."""
@@ -166,7 +175,9 @@ class Tensor(TensorMethods):
     def __repr__(self) -> str:
         if isinstance(self._data, jax.core.Tracer) or not isinstance(self._data, jax.Array):
             return f"Tensor(<traced>, shape={self.shape}, dtype={self.dtype})"
-        body = np.array2string(np.asarray(self._data), separator=", ", prefix="Tensor(")
+        a = np.asarray(self._data)
+        body = np.array2string(a if self._len is None else a[:self._len], separator=", ",
+                               prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype}, device={self.device})"
 
     __hash__ = object.__hash__
@@ -175,6 +186,10 @@ class Tensor(TensorMethods):
     def detach(self) -> Tensor:
         """A tensor with the same value and no gradient history."""
         h = _current()
+        if self._len is not None:  # stays ragged: the same storage and length
+            out = _wrap(self._data if h is None else h.untracked(h.read(self)))
+            out._len = self._len
+            return out
         return _wrap(read(self) if h is None else h.untracked(h.read(self)))
 
     def astype(self, dtype: Any) -> Tensor:
@@ -190,6 +205,7 @@ class Tensor(TensorMethods):
 
     def _assign(self, new: Tensor) -> None:
         rebind(self, new._data, new._node, new._out_idx)
+        self._len = new._len
 
     # ----- shape ----------------------------------------------------------------------------
     def reshape(self, *shape: Any) -> Tensor:
@@ -264,7 +280,7 @@ class Tensor(TensorMethods):
     def __setitem__(self, index: Any, value: Any) -> None:
         spec, dynamic = parse_index(self, index)
         new = apply(OPS["setitem"], self, value, *dynamic, spec=spec)
-        rebind(self, new._data, new._node, new._out_idx)
+        self._assign(new)
 
 
 class Parameter(Tensor):
@@ -279,14 +295,18 @@ _ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
 
 # ----- storage: the one read accessor, the one rebind -------------------------------------------
 def read(t: Tensor) -> Any:
-    """The array behind `t`, as an op sees it (a tracer during capture)."""
+    """The array behind `t`, as an op sees it (a tracer during capture); for a ragged tensor,
+    its exact (logical) array."""
+    if t._len is not None:
+        return _ragged.exact_array(t)
     h = _current()
     return t._data if h is None else h.read(t)
 
 
 def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0) -> None:
     """Replace `t`'s storage with `value` (and its grad history with `node`): `x[i] = v`,
-    optimizer updates, BatchNorm statistics, RNG state and loading all go through here."""
+    optimizer updates, BatchNorm statistics, RNG state and loading all go through here.
+    A ragged tensor stays ragged: `value` is storage of the same shape."""
     if (h := _current()) is not None:
         h.rebind(t, value)
     t._data, t._node, t._out_idx = value, node, out_idx
@@ -295,7 +315,7 @@ def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0) -> None:
 def _wrap(array: Any) -> Tensor:
     """A Tensor holding `array` as it is: no copy, no device move, no gradient history."""
     t = Tensor.__new__(Tensor)
-    t._data, t._node, t._out_idx, t._tracked, t._grad = array, None, 0, 0, None
+    t._data, t._node, t._out_idx, t._tracked, t._grad, t._len = array, None, 0, 0, None, None
     if (h := _current()) is not None:
         h.created(t)
     return t
@@ -356,30 +376,39 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     if (low := _amp.state.get()) is not None:  # inside amp.autocast: cast per amp_policy
         inputs = _amp.cast_inputs(op.name, inputs, low, Tensor)
     key = tuple(attrs.items()) if attrs else ()
-    h = _current()
     try:  # free unless something raises: then jax's error becomes one that names the user's line
-        if h is not None and h.defers:
-            return h.defer(op, key, inputs)
-        fn = op._fwd.get(key) or op.jitted(key)
-        recording, paused = tape.state()
-        record = op.differentiable and recording and not paused
-        arrays = []
-        mask: list[int] = []
-        for i, x in enumerate(inputs):
-            if isinstance(x, Tensor):
-                arrays.append(x._data if h is None else h.read(x))
-                if record and (x._node is not None or x._tracked) and _diff(x._data.dtype):
-                    mask.append(i)
-            else:  # a nested list is an array; None, scalars and arrays pass as they are
-                arrays.append(jax.device_put(np.asarray(x)) if isinstance(x, (list, tuple)) else x)
-        if op.donate is not None and h is None:
-            _unshare(arrays, op.donated(key))
-        out = fn(*arrays)
+        for x in inputs:
+            if isinstance(x, Tensor) and x._len is not None:  # a ragged axis 0
+                return _ragged.dispatch(op, key, inputs)
+        return run_op(op, key, inputs)
     except (TypeError, ValueError) as e:
         err = _translate(op, inputs, key, e)
         if err is e:
             raise
         raise err from err.__cause__  # jax's own error is not chained: its reason is quoted
+
+
+def run_op(op: Op, key: tuple, inputs: Sequence) -> Any:
+    """`apply` after amp's casts, with `key` the static attributes as a tuple of (name, value):
+    runs the op on each input's storage as it is (padded, for a ragged tensor)."""
+    h = _current()
+    if h is not None and h.defers:
+        return h.defer(op, key, inputs)
+    fn = op._fwd.get(key) or op.jitted(key)
+    recording, paused = tape.state()
+    record = op.differentiable and recording and not paused
+    arrays = []
+    mask: list[int] = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, Tensor):
+            arrays.append(x._data if h is None else h.read(x))
+            if record and (x._node is not None or x._tracked) and _diff(x._data.dtype):
+                mask.append(i)
+        else:  # a nested list is an array; None, scalars and arrays pass as they are
+            arrays.append(jax.device_put(np.asarray(x)) if isinstance(x, (list, tuple)) else x)
+    if op.donate is not None and h is None:
+        _unshare(arrays, op.donated(key))
+    out = fn(*arrays)
     if h is not None:
         return _apply_captured(h, op, key, inputs, arrays, out, mask)
     outs = tuple([_wrap(o) for o in out]) if op.multi_output else (_wrap(out),)

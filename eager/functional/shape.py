@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import ragged as _ragged
 from ..errors import OpTypeError
 from ..index_checks import check_range
-from ..indexing import _shape_arg
+from ..indexing import _shape_arg, mask_indices
 from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
@@ -229,8 +230,10 @@ def triu(x: Any, k: int = 0) -> Tensor:
 
 
 # ----- selections with data-dependent sizes ------------------------------------------------------
-# The output size is read on the host (one value read through the Tensor read path, so a region
-# raises `ValueReadError` there, or breaks with graph_breaks=True) and becomes a static attribute.
+# Their results are ragged (eager/ragged.py): padded to a capacity bucket, the count read on the
+# host in eager code and traced inside a region. With ragged results off
+# (`eg.set_ragged_buckets(None)`), the count is read on the host (a region raises
+# `ValueReadError` there, or breaks) and becomes a static attribute: one program per count.
 def _count(x: Tensor, fn: str) -> int:
     return int(apply(OPS["count_nonzero"], x)._scalar(f"{fn} (its output size is a count of "
                                                       "the input's values)"))
@@ -248,6 +251,10 @@ def nonzero(x: Any, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
     if x.ndim == 0:
         raise bad_argument("nonzero: needs at least one axis, got a 0-d tensor; reshape it "
                            "to (1,) first.")
+    if _ragged.enabled():
+        coords = mask_indices(apply(OPS["not_equal"], x, 0), "F.nonzero() (its output size "
+                              "is a count of the input's values)")
+        return tuple(coords) if as_tuple else apply(OPS["stack"], *coords, axis=1)
     out = apply(OPS["nonzero"], x, size=_count(x, "F.nonzero()"), as_tuple=bool(as_tuple))
     return out if as_tuple else out[0]
 
@@ -269,6 +276,11 @@ def cond_take(mask: Any, x: Any) -> tuple[Tensor, Tensor]:
     if mask.shape != x.shape:
         raise bad_argument(f"cond_take: mask of shape {mask.shape} must have the shape of x, "
                            f"{x.shape}.")
+    if _ragged.enabled():
+        (index,) = mask_indices(apply(OPS["reshape"], mask, shape=(-1,)), "F.cond_take() (its "
+                                "output size is a count of the input's values)")
+        return apply(OPS["getitem"], apply(OPS["reshape"], x, shape=(-1,)), index,
+                     spec=("#",)), index
     return apply(OPS["cond_take"], mask, x, size=_count(mask, "F.cond_take()"))
 
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy import special
 
+from .ragged_rules import ROWS, along
 from .registry import defop
 
 
@@ -93,18 +94,20 @@ _PREDICATES = {
     "isinf": jnp.isinf,
 }
 
+# Elementwise: each row of a ragged axis 0 independent of the others (broadcasting is checked
+# per call in ragged_dispatch.py).
 for _name, _fn in _ARITHMETIC.items():
-    defop(_name)(_fn)
+    defop(_name, ragged=ROWS)(_fn)
 for _name, _fn in _PREDICATES.items():
-    defop(_name, differentiable=False)(_fn)
+    defop(_name, differentiable=False, ragged=ROWS)(_fn)
 
 
-@defop("leaky_relu")
+@defop("leaky_relu", ragged=ROWS)
 def leaky_relu(x, *, negative_slope):
     return jnp.where(x > 0, x, x * negative_slope)
 
 
-@defop("astype")
+@defop("astype", ragged=ROWS)
 def astype(x, *, dtype):
     return x.astype(dtype)
 
@@ -115,11 +118,11 @@ def _relu6(x):
     return jnp.where(x <= 0, jnp.zeros_like(x), jnp.where(x >= 6, jnp.full_like(x, 6), x))
 
 
-defop("relu6")(_relu6)
-defop("hsigmoid")(lambda x: _relu6(x + 3) / 6)
+defop("relu6", ragged=ROWS)(_relu6)
+defop("hsigmoid", ragged=ROWS)(lambda x: _relu6(x + 3) / 6)
 
 
-@defop("hswish")
+@defop("hswish", ragged=ROWS)
 def hswish(x):
     # x * relu6(x + 3) / 6, split into its three pieces: at -3 and 3 the gradient is the middle
     # piece's slope (x / 3 + 1/2), PyTorch's convention, which the product rule would not give.
@@ -134,7 +137,7 @@ def _elu(x, alpha):
     return jnp.where(x > 0, x, negative)
 
 
-@defop("elu")
+@defop("elu", ragged=ROWS)
 def elu(x, *, alpha):
     return _elu(x, alpha)
 
@@ -143,12 +146,12 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-@defop("selu")
+@defop("selu", ragged=ROWS)
 def selu(x):
     return _SELU_SCALE * _elu(x, _SELU_ALPHA)
 
 
-@defop("prelu")
+@defop("prelu", ragged=ROWS)
 def prelu(x, weight):
     """x where x > 0, else weight * x; a weight with one element per channel applies along
     axis 1 (the functional wrapper checks its size)."""
@@ -175,7 +178,7 @@ def _safe_norm(x, ord, axis):
     return jnp.where(positive, root, jnp.zeros_like(s))
 
 
-@defop("normalize")
+@defop("normalize", ragged=along(inside=None))
 def normalize(x, *, ord, axis, eps):
     """x / max(norm(x, ord, axis), eps): MegEngine's F.normalize, the gradient through a norm
     below eps being that of x / eps (PyTorch's)."""

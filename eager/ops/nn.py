@@ -7,16 +7,19 @@ import numpy as np
 from jax import lax
 
 from ..conv_switch import conv_options
+from .ragged_rules import ROWS, along, unless_reduced
 from .registry import defop
 
-defop("matmul")(jnp.matmul)
+# ragged=ROWS: a ragged axis 0 is a batch (row) axis; a call that contracts over it fails
+# ragged_dispatch.py's shape check and runs on the exact arrays.
+defop("matmul", ragged=ROWS)(jnp.matmul)
 defop("einsum")(lambda *xs, subscripts: jnp.einsum(subscripts, *xs))
-defop("softmax")(lambda x, *, axis: jax.nn.softmax(x, axis=axis))
-defop("log_softmax")(lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
-defop("embedding")(lambda index, weight: jnp.take(weight, index, axis=0))
+defop("softmax", ragged=along(inside=None))(lambda x, *, axis: jax.nn.softmax(x, axis=axis))
+defop("log_softmax", ragged=along(inside=None))(lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
+defop("embedding", ragged=ROWS)(lambda index, weight: jnp.take(weight, index, axis=0))
 
 
-@defop("linear")
+@defop("linear", ragged=ROWS)
 def linear(x, weight, bias):
     y = jnp.matmul(x, weight.T)
     return y if bias is None else y + bias
@@ -183,7 +186,7 @@ def running_stats_update(running_mean, running_var, mean, var, *, momentum):
             momentum * running_var + (1 - momentum) * var)
 
 
-@defop("layer_norm")
+@defop("layer_norm", ragged=lambda attrs, ndim: ROWS if attrs["n_axes"] < ndim else None)
 def layer_norm(x, weight, bias, *, n_axes, eps):
     axes = tuple(range(x.ndim - n_axes, x.ndim))
     mean = jnp.mean(x, axis=axes, keepdims=True)
@@ -194,7 +197,7 @@ def layer_norm(x, weight, bias, *, n_axes, eps):
     return y if bias is None else y + bias
 
 
-@defop("group_norm")
+@defop("group_norm", ragged=ROWS)
 def group_norm(x, weight, bias, *, groups, eps):
     g = x.reshape((x.shape[0], groups, -1))
     mean = jnp.mean(g, axis=2, keepdims=True)
@@ -234,7 +237,7 @@ def _picked(logp, label, axis):
     return jnp.squeeze(jnp.take_along_axis(logp, jnp.expand_dims(label, axis), axis=axis), axis)
 
 
-@defop("cross_entropy")
+@defop("cross_entropy", ragged=unless_reduced)
 def cross_entropy(pred, label, *, axis, with_logits, label_smooth, reduction):
     logp = jax.nn.log_softmax(pred, axis=axis) if with_logits else jnp.log(pred)
     loss = -_picked(logp, label, axis)
@@ -243,12 +246,12 @@ def cross_entropy(pred, label, *, axis, with_logits, label_smooth, reduction):
     return _reduce(loss, reduction)
 
 
-@defop("nll_loss")
+@defop("nll_loss", ragged=unless_reduced)
 def nll_loss(logp, label, *, axis, reduction):
     return _reduce(-_picked(logp, label, axis), reduction)
 
 
-@defop("binary_cross_entropy")
+@defop("binary_cross_entropy", ragged=unless_reduced)
 def binary_cross_entropy(pred, label, *, with_logits, reduction):
     if with_logits:
         loss = jnp.maximum(pred, 0) - pred * label + jnp.log1p(jnp.exp(-jnp.abs(pred)))
@@ -257,5 +260,7 @@ def binary_cross_entropy(pred, label, *, with_logits, reduction):
     return _reduce(loss, reduction)
 
 
-defop("mse_loss")(lambda pred, label, *, reduction: _reduce(jnp.square(pred - label), reduction))
-defop("l1_loss")(lambda pred, label, *, reduction: _reduce(jnp.abs(pred - label), reduction))
+defop("mse_loss", ragged=unless_reduced)(
+    lambda pred, label, *, reduction: _reduce(jnp.square(pred - label), reduction))
+defop("l1_loss", ragged=unless_reduced)(
+    lambda pred, label, *, reduction: _reduce(jnp.abs(pred - label), reduction))

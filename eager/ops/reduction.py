@@ -1,42 +1,84 @@
-"""Reductions over axes: `axis` is None (all axes), an int or a tuple of ints; static."""
+"""Reductions over axes: `axis` is None (all axes), an int or a tuple of ints; static.
+
+Each takes an optional second input `valid`, a bool array that broadcasts against `x`: only the
+elements where it holds take part. Ragged tensors (`eager/ragged.py`) pass the mask of their
+valid rows when a reduction covers their ragged axis 0 (`ragged=along()`); everything else
+passes None, the plain reduction.
+"""
 
 import jax
 import jax.numpy as jnp
 
+from .ragged_rules import along
 from .registry import defop
 
-for _name, _fn in {"sum": jnp.sum, "mean": jnp.mean, "max": jnp.max, "min": jnp.min,
-                   "prod": jnp.prod}.items():
-    defop(_name)(lambda x, *, axis, keepdims, _fn=_fn: _fn(x, axis=axis, keepdims=keepdims))
+
+def _lowest(dtype):
+    return -jnp.inf if jnp.issubdtype(dtype, jnp.inexact) else (
+        False if dtype == jnp.bool_ else jnp.iinfo(dtype).min)
 
 
-for _name, _fn in {"any": jnp.any, "all": jnp.all}.items():
-    defop(_name, differentiable=False)(
-        lambda x, *, axis, keepdims, _fn=_fn: _fn(x, axis=axis, keepdims=keepdims))
+def _highest(dtype):
+    return jnp.inf if jnp.issubdtype(dtype, jnp.inexact) else (
+        True if dtype == jnp.bool_ else jnp.iinfo(dtype).max)
 
 
-@defop("var")
-def var(x, *, axis, keepdims, ddof):
-    return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
+def _fill(x, valid, value):
+    """`x` with the elements outside `valid` set to `value` (a select: no gradient there)."""
+    return x if valid is None else jnp.where(valid, x, jnp.asarray(value, x.dtype))
 
 
-@defop("std")
-def std(x, *, axis, keepdims, ddof):
-    return jnp.std(x, axis=axis, keepdims=keepdims, ddof=ddof)
+for _name, _fn in {"sum": jnp.sum, "mean": jnp.mean, "prod": jnp.prod}.items():
+    defop(_name, ragged=along())(
+        lambda x, valid=None, *, axis, keepdims, _fn=_fn: _fn(x, axis=axis, keepdims=keepdims,
+                                                              where=valid))
 
 
-@defop("logsumexp")
-def logsumexp(x, *, axis, keepdims):
-    return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims)
+@defop("max", ragged=along())
+def max_(x, valid=None, *, axis, keepdims):
+    return jnp.max(_fill(x, valid, _lowest(x.dtype)), axis=axis, keepdims=keepdims)
 
 
-@defop("norm")
-def norm(x, *, ord, axis, keepdims):
+@defop("min", ragged=along())
+def min_(x, valid=None, *, axis, keepdims):
+    return jnp.min(_fill(x, valid, _highest(x.dtype)), axis=axis, keepdims=keepdims)
+
+
+@defop("any", differentiable=False, ragged=along())
+def any_(x, valid=None, *, axis, keepdims):
+    return jnp.any(_fill(x, valid, False), axis=axis, keepdims=keepdims)
+
+
+@defop("all", differentiable=False, ragged=along())
+def all_(x, valid=None, *, axis, keepdims):
+    return jnp.all(_fill(x, valid, True), axis=axis, keepdims=keepdims)
+
+
+@defop("var", ragged=along())
+def var(x, valid=None, *, axis, keepdims, ddof):
+    return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof, where=valid)
+
+
+@defop("std", ragged=along())
+def std(x, valid=None, *, axis, keepdims, ddof):
+    return jnp.std(x, axis=axis, keepdims=keepdims, ddof=ddof, where=valid)
+
+
+@defop("logsumexp", ragged=along())
+def logsumexp(x, valid=None, *, axis, keepdims):
+    if valid is not None:
+        valid = jnp.broadcast_to(valid, x.shape)
+    return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims, where=valid)
+
+
+@defop("norm", ragged=along())
+def norm(x, valid=None, *, ord, axis, keepdims):
     a = jnp.abs(x)
     if ord == float("inf"):
-        return jnp.max(a, axis=axis, keepdims=keepdims)
+        return jnp.max(_fill(a, valid, 0), axis=axis, keepdims=keepdims)
     if ord == float("-inf"):
-        return jnp.min(a, axis=axis, keepdims=keepdims)
+        return jnp.min(_fill(a, valid, jnp.inf), axis=axis, keepdims=keepdims)
+    x, a = _fill(x, valid, 0), _fill(a, valid, 0)
     if ord == 0:
         return jnp.sum((x != 0).astype(x.dtype), axis=axis, keepdims=keepdims)
     if ord == 2:
@@ -44,11 +86,11 @@ def norm(x, *, ord, axis, keepdims):
     return jnp.sum(a**ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
 
 
-@defop("argmax", differentiable=False)
-def argmax(x, *, axis, keepdims):
-    return jnp.argmax(x, axis=axis, keepdims=keepdims)
+@defop("argmax", differentiable=False, ragged=along())
+def argmax(x, valid=None, *, axis, keepdims):
+    return jnp.argmax(_fill(x, valid, _lowest(x.dtype)), axis=axis, keepdims=keepdims)
 
 
-@defop("argmin", differentiable=False)
-def argmin(x, *, axis, keepdims):
-    return jnp.argmin(x, axis=axis, keepdims=keepdims)
+@defop("argmin", differentiable=False, ragged=along())
+def argmin(x, valid=None, *, axis, keepdims):
+    return jnp.argmin(_fill(x, valid, _highest(x.dtype)), axis=axis, keepdims=keepdims)

@@ -33,10 +33,15 @@ class Op:
             else still references, so donation never destroys a value in use.
         compiler_options: `compiler_options(**attrs) -> dict` of XLA options for the jitted
             forward and backward of a call with these attributes (None: XLA's defaults).
+        ragged: how the op runs on tensors with a ragged axis 0 (`eager/ragged.py`): "rows"
+            (row-independent: on the padded storage), "masked" (a reduction over axis 0 whose
+            second input is a validity mask), "loss" (a loss with a `reduction`), a function
+            `(attrs, ndim) -> one of those or None`, or None: on the exact arrays.
     """
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
-                 "_fwd", "_bwd", "donate", "derived", "compiler_options")
+                 "_fwd", "_bwd", "donate", "derived", "compiler_options", "ragged",
+                 "ragged_ops")
 
     def __init__(
         self,
@@ -48,6 +53,7 @@ class Op:
         multi_output: bool = False,
         donate: Callable[..., tuple[int, ...]] | None = None,
         compiler_options: Callable[..., dict] | None = None,
+        ragged: str | Callable[[dict, int], str | None] | None = None,
     ):
         self.name = name
         self.fwd = fwd
@@ -60,6 +66,8 @@ class Op:
         self.donate = donate
         self.derived: dict[tuple, Op] = {}  # its vjp as an op, for higher-order gradients
         self.compiler_options = compiler_options
+        self.ragged = ragged
+        self.ragged_ops: dict[str, Op] = {}  # its variants on ragged storage (eager/ragged.py)
 
     per_rank = False  # a collective over the ranks of the process group (eager.distributed)
 

@@ -3,24 +3,32 @@
 import jax
 import jax.numpy as jnp
 
+from .ragged_rules import MASKED, ROWS, along, indexing
 from .registry import defop
 
+_OTHER_AXES = along(inside=None)  # row-independent unless it works along axis 0
+
 defop("reshape")(lambda x, *, shape: jnp.reshape(x, shape))
-defop("transpose")(lambda x, *, axes: jnp.transpose(x, axes))
-defop("expand_dims")(lambda x, *, axis: jnp.expand_dims(x, axis))
-defop("squeeze")(lambda x, *, axis: jnp.squeeze(x, axis))
+defop("transpose", ragged=lambda attrs, ndim: ROWS if attrs["axes"][0] == 0 else None)(
+    lambda x, *, axes: jnp.transpose(x, axes))
+defop("expand_dims", ragged=ROWS)(lambda x, *, axis: jnp.expand_dims(x, axis))
+defop("squeeze", ragged=ROWS)(lambda x, *, axis: jnp.squeeze(x, axis))
 defop("broadcast_to")(lambda x, *, shape: jnp.broadcast_to(x, shape))
-defop("concat")(lambda *xs, axis: jnp.concatenate(xs, axis=axis))
-defop("stack")(lambda *xs, axis: jnp.stack(xs, axis=axis))
-defop("split", multi_output=True)(lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis)))
+defop("concat", ragged=_OTHER_AXES)(lambda *xs, axis: jnp.concatenate(xs, axis=axis))
+# stack's axis counts the output's axes, one more than its inputs'
+defop("stack", ragged=lambda attrs, ndim: ROWS if attrs["axis"] % (ndim + 1) else None)(
+    lambda *xs, axis: jnp.stack(xs, axis=axis))
+defop("split", multi_output=True, ragged=_OTHER_AXES)(
+    lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis)))
 defop("tile")(lambda x, *, reps: jnp.tile(x, reps))
-defop("repeat")(lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
-defop("one_hot", differentiable=False)(
+defop("repeat", ragged=_OTHER_AXES)(lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
+defop("one_hot", differentiable=False, ragged=ROWS)(
     lambda x, *, num_classes, dtype: jax.nn.one_hot(x, num_classes, dtype=dtype)
 )
 
 
-@defop("pad")
+@defop("pad", ragged=lambda attrs, ndim: ROWS if tuple(attrs["pad_width"][0]) == (0, 0)
+       else None)
 def pad(x, *, pad_width, mode, constant_value):
     if mode == "constant":
         return jnp.pad(x, pad_width, mode="constant", constant_values=constant_value)
@@ -32,7 +40,7 @@ def _fit_to(x, index, axis):
     return x[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(index.shape))]
 
 
-@defop("gather")
+@defop("gather", ragged=ROWS)
 def gather(x, index, *, axis):
     return jnp.take_along_axis(_fit_to(x, index, axis), index, axis=axis)
 
@@ -42,7 +50,7 @@ def scatter(x, index, src, *, axis):
     return jnp.put_along_axis(x, index, _fit_to(src, index, axis), axis, inplace=False)
 
 
-@defop("indexing_one_hot")
+@defop("indexing_one_hot", ragged=_OTHER_AXES)
 def indexing_one_hot(src, index, *, axis, keepdims):
     picked = jnp.take_along_axis(src, jnp.expand_dims(index, axis), axis=axis)
     return picked if keepdims else jnp.squeeze(picked, axis)
@@ -64,7 +72,7 @@ def _build_index(spec, dynamic):
     return tuple(out)
 
 
-@defop("getitem")
+@defop("getitem", ragged=indexing)
 def getitem(x, *index, spec):
     return x[_build_index(spec, index)]
 
@@ -74,8 +82,8 @@ def setitem(x, value, *index, spec):
     return x.at[_build_index(spec, index)].set(jnp.asarray(value, dtype=x.dtype))
 
 
-defop("tril")(lambda x, *, k: jnp.tril(x, k))
-defop("triu")(lambda x, *, k: jnp.triu(x, k))
+defop("tril", ragged=ROWS)(lambda x, *, k: jnp.tril(x, k))
+defop("triu", ragged=ROWS)(lambda x, *, k: jnp.triu(x, k))
 
 # Data-dependent output sizes: the functional wrapper reads the count (one value read) and passes
 # it as the static `size`, so each op compiles once per distinct count.
@@ -97,3 +105,22 @@ def cond_take(mask, x, *, size):
     """The elements of `x` where `mask` holds (row-major) and their flat int32 positions."""
     idx = jnp.flatnonzero(mask, size=size).astype(jnp.int32)
     return jnp.ravel(x)[idx], idx
+
+
+# Ragged tensors (eager/ragged.py): the exact rows of a padded storage, and a selection's
+# coordinates at a fixed capacity inside a region.
+defop("ragged_exact")(lambda x, *, n: x[:n])
+
+
+@defop("mask_indices", differentiable=False, multi_output=True, ragged=MASKED)
+def mask_indices(mask, valid=None, *, size):
+    """The int32 coordinates of the true elements of `mask` (one array per axis, row-major),
+    padded to `size` with the first one's, and their count. `valid` (a ragged mask's valid
+    rows) excludes padding."""
+    if valid is not None:
+        mask = mask & valid
+    count = jnp.count_nonzero(mask).astype(jnp.int32)
+    keep = jnp.arange(size) < count
+    coords = tuple(jnp.where(keep, c, c[:1]).astype(jnp.int32)
+                   for c in jnp.nonzero(mask, size=size))
+    return (*coords, count)

@@ -10,20 +10,27 @@ stable, and `lax.top_k` puts the lower index first.
 import jax.numpy as jnp
 from jax import lax
 
+from .ragged_rules import ROWS, along
 from .registry import defop
+
+
+def _last_axis(attrs, ndim):
+    """Ops along the last axis: row-independent unless that axis is the ragged one."""
+    return ROWS if ndim >= 2 else None
 
 
 def _order(x, descending):
     return jnp.argsort(x, axis=-1, stable=True, descending=descending).astype(jnp.int32)
 
 
-@defop("sort", nondiff_outputs=(1,))
+@defop("sort", nondiff_outputs=(1,), ragged=_last_axis)
 def sort(x, *, descending):
     idx = _order(x, descending)
     return jnp.take_along_axis(x, idx, axis=-1), idx
 
 
-defop("argsort", differentiable=False)(lambda x, *, descending: _order(x, descending))
+defop("argsort", differentiable=False, ragged=_last_axis)(
+    lambda x, *, descending: _order(x, descending))
 
 
 def _key(x, descending):
@@ -37,7 +44,7 @@ def _key(x, descending):
     return -x if jnp.issubdtype(x.dtype, jnp.inexact) else ~x
 
 
-@defop("topk", nondiff_outputs=(1,))
+@defop("topk", nondiff_outputs=(1,), ragged=_last_axis)
 def topk(x, *, k, descending, kth_only):
     _, idx = lax.top_k(_key(x, descending), k)
     idx = idx.astype(jnp.int32)
@@ -47,5 +54,5 @@ def topk(x, *, k, descending, kth_only):
     return (values[..., 0], idx[..., 0]) if kth_only else (values, idx)
 
 
-defop("cumsum")(lambda x, *, axis: jnp.cumsum(x, axis=axis))
-defop("cumprod")(lambda x, *, axis: jnp.cumprod(x, axis=axis))
+defop("cumsum", ragged=along(inside=None))(lambda x, *, axis: jnp.cumsum(x, axis=axis))
+defop("cumprod", ragged=along(inside=None))(lambda x, *, axis: jnp.cumprod(x, axis=axis))

@@ -1,0 +1,166 @@
+"""Ragged tensors: a data-dependent leading axis kept as padded storage and a length (decision 15).
+
+A data-dependent selection (`x[mask]`, `F.nonzero`, `F.cond_take`) returns a tensor whose axis 0
+is stored padded to a *capacity* taken from a geometric ladder (powers of two by default, never
+above the source's size), with its logical length beside it (`Tensor._len`: an int in eager
+code, a traced int32 inside a region). Ops run on the storage with the length as a runtime
+input, so each compiles once per capacity, never once per length.
+
+The padding invariant: storage rows at and past the length hold copies of a row of real data
+(the selection's indices are padded with its first index), so padding is finite wherever the
+data is. Every op on ragged storage puts its output's padding back to a copy of its row 0
+under `stop_gradient` (`edge`): the cotangent of a padding row is therefore always zero, and
+since the values there are real values, no `0 * inf` reaches a gradient. Reductions over the
+ragged axis are masked (`valid_rows`).
+
+This module is pure jax plus the `Op` class: the ladder, the masks, and the variants of an op
+that run on ragged storage. `ragged_dispatch.py` decides which variant a call takes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+
+from .context import bump_epoch
+from .ops.ragged_rules import LOSS, MASKED, ROWS, SOURCE
+from .ops.registry import Op
+
+_ENV = "EAGER_RAGGED_BUCKETS"
+
+
+# ----- the capacity ladder --------------------------------------------------------------------
+def _parse(spec: Any) -> tuple[float, tuple[int, ...]] | None:
+    """(growth, explicit rungs) for a ladder spec; None turns ragged results off."""
+    if spec is None or spec is False or (isinstance(spec, str) and spec.strip().lower() in
+                                         ("0", "off", "false", "no", "none")):
+        return None
+    if isinstance(spec, str):
+        spec = spec.strip()
+        spec = [int(s) for s in spec.split(",")] if "," in spec else float(spec)
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        if not spec > 1:
+            raise ValueError(f"set_ragged_buckets: a growth factor must be > 1, got {spec}")
+        return float(spec), ()
+    rungs = tuple(sorted({int(r) for r in spec}))
+    if not rungs or rungs[0] < 1:
+        raise ValueError(f"set_ragged_buckets: capacities must be positive ints, got {spec!r}")
+    return 2.0, rungs
+
+
+_ladder = [_parse(os.environ.get(_ENV, "2"))]
+
+
+def set_ragged_buckets(ladder: float | Sequence[int] | None = 2.0) -> None:
+    """Choose the capacities data-dependent selections are padded to, process-wide.
+
+    `ladder` is a growth factor (2.0, the default: capacities 1, 2, 4, 8, ...; 1.25 wastes at
+    most 25% of the work for about three times as many programs per op), an explicit list of
+    capacities (lengths above the last one use the source's size), or None / False to turn
+    ragged results off (selections return exact-size tensors, which compile once per length).
+    A capacity is never above the size of the tensor selected from. The environment variable
+    `EAGER_RAGGED_BUCKETS` sets the default ("2", "1.5", "64,256,1024" or "off").
+
+    >>> import eager as eg
+    >>> eg.set_ragged_buckets(None); eg.set_ragged_buckets(2.0)
+    """
+    _ladder[0] = _parse(ladder)
+    bump_epoch()  # compiled regions that select re-validate and compile anew
+
+
+def ragged_buckets() -> tuple[float, tuple[int, ...]] | None:
+    """The ladder in force: (growth factor, explicit capacities) or None when off."""
+    return _ladder[0]
+
+
+def enabled() -> bool:
+    return _ladder[0] is not None
+
+
+def capacity(n: int, limit: int) -> int:
+    """The storage size for a length `n` selected from `limit` candidates: the smallest rung
+    of the ladder at or above `n`, at most `limit`; 0 for an empty selection.
+
+    >>> capacity(5, 100), capacity(64, 100), capacity(65, 100), capacity(0, 100)
+    (8, 64, 100, 0)
+    """
+    if n <= 0:
+        return 0
+    growth, rungs = _ladder[0] or (2.0, ())
+    if rungs:
+        return min(next((r for r in rungs if r >= n), limit), limit)
+    rung = 1
+    while rung < n:
+        rung = max(rung + 1, math.ceil(rung * growth))
+    return min(rung, limit)
+
+
+# ----- masks -------------------------------------------------------------------------------
+def valid_rows(n: Any, cap: int, ndim: int) -> Any:
+    """A bool array of shape (cap, 1, ..., 1): True on the first `n` rows."""
+    return lax.broadcasted_iota(jnp.int32, (cap,) + (1,) * (ndim - 1), 0) < n
+
+
+def edge(a: Any, n: Any) -> Any:
+    """`a` with rows at and past `n` replaced by a copy of row 0, under `stop_gradient`: the
+    padding invariant, and a zero cotangent for every padding row."""
+    if a.ndim == 0:
+        return a
+    return jnp.where(valid_rows(n, a.shape[0], a.ndim), a, lax.stop_gradient(a[:1]))
+
+
+def kind_of(op: Op, attrs: dict, ndim: int) -> str | None:
+    """How `op` with `attrs` runs on ragged inputs of `ndim` axes (None: on exact arrays)."""
+    rule = op.ragged
+    return rule(attrs, ndim) if callable(rule) else rule
+
+
+# ----- the variants of an op that run on storage --------------------------------------------
+def variant(op: Op, kind: str) -> Op:
+    """The op that runs `op` on ragged storage: its first input is the length."""
+    cached = op.ragged_ops.get(kind)
+    if cached is None:
+        fwd = {ROWS: _rows, SOURCE: _rows, MASKED: _masked, LOSS: _loss}[kind](op)
+        cached = op.ragged_ops[kind] = Op(
+            f"{op.name}[{kind}]", fwd, differentiable=op.differentiable,
+            nondiff_outputs=op.nondiff_outputs, multi_output=op.multi_output,
+            compiler_options=op.compiler_options)
+    return cached
+
+
+def _rows(op: Op) -> Callable:
+    def fwd(n: Any, *arrays: Any, **attrs: Any) -> Any:
+        out = op._impl(*arrays, **attrs)
+        return tuple(edge(o, n) for o in out) if op.multi_output else edge(out, n)
+    return fwd
+
+
+def _masked(op: Op) -> Callable:
+    def fwd(n: Any, x: Any, **attrs: Any) -> Any:
+        return op._impl(x, valid_rows(n, x.shape[0], x.ndim), **attrs)
+    return fwd
+
+
+def _loss(op: Op) -> Callable:
+    def fwd(n: Any, *arrays: Any, reduction: str, **attrs: Any) -> Any:
+        loss = op._impl(*arrays, reduction="none", **attrs)
+        return masked_reduce(loss, n, reduction)
+    return fwd
+
+
+def masked_reduce(loss: Any, n: Any, reduction: str) -> Any:
+    """A loss's reduction over its valid rows ("mean", "sum", "batchmean" or "none")."""
+    if reduction == "none" or loss.ndim == 0:
+        return loss
+    valid = jnp.broadcast_to(valid_rows(n, loss.shape[0], loss.ndim), loss.shape)
+    total = jnp.sum(loss, where=valid)
+    if reduction == "sum":
+        return total
+    if reduction == "batchmean":
+        return total / jnp.maximum(n, 1).astype(total.dtype)
+    return jnp.mean(loss, where=valid)
