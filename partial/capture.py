@@ -62,6 +62,9 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         self.kind = kind  # "partial_trace" or "xla_trace", for messages
         self.differentiable = differentiable
         self.graph_breaks = graph_breaks
+        # a boolean selection stays traced (fixed capacity, traced length) unless the region
+        # may break, where reading the mask breaks the graph and the rest runs eagerly
+        self.traced_lengths = not graph_breaks
         self.on_break = on_break  # (capture, what, where) -> lazy hooks, or why it cannot
         self.outer_tape = outer_tape  # the recording state outside the region
         self.log: list = []  # every op call, for handing over at a break (handover.py)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .errors import UnsupportedInRegionError, ValueReadError
+from .errors import UnsupportedInRegionError, UnsupportedOutputError, ValueReadError
 from .source import describe_location, user_location
 
 logger = logging.getLogger("partial")
@@ -77,3 +77,13 @@ def warn_recompile(kind: str, what: str, count: int, limit: int, why: str,
     """`what` ("`f` (file.py:3)", "segment 2 of `f` ...") compiles for the `count`. time."""
     logger.warning("%s: %s is being captured and compiled for the %d. time (recompile_limit=%d)"
                    ": %s. %s", kind, what, count, limit, why, advice)
+
+
+def ragged_output_error(kind: str) -> UnsupportedOutputError:
+    """A region returned (or kept) a tensor whose size depends on the data it computed."""
+    return UnsupportedOutputError(
+        f"{describe_location(user_location())}: this {kind} region returns or keeps a tensor "
+        "made by a boolean selection (x[mask], F.nonzero, F.cond_take), whose size depends on "
+        "values computed by the compiled code. Reduce it inside the region (.sum(), .mean(), a "
+        "loss: these compile as masked computations), return the mask and select after the "
+        "call, or select inside `with exclude_from_trace():`.")

@@ -15,6 +15,7 @@ import eager.module as M
 
 from .errors import UnsupportedOutputError
 from .key import STATIC_TYPES
+from .messages import ragged_output_error
 from .sources import Argument, Constant, GradOf, GradSlot, Held, Rebind, Result, SetAttr, SetGrad
 
 hooks = eg.hooks
@@ -50,6 +51,8 @@ class Outputs:
         """The index of the program output carrying `t`'s final value (added on first use)."""
         r = self._result_of.get(id(t))
         if r is None:
+            if hooks.ragged_length(t) is not None:
+                raise ragged_output_error(self.kind)
             r = self._result_of[id(t)] = len(self.results)
             self.results.append(_data(t))
             self.result_tensors.append(t)
