@@ -18,7 +18,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-import jax.numpy as jnp
+import jax
 
 import eager as eg
 
@@ -79,7 +79,9 @@ class Hyper:
         if self.element is not None:
             v = v[self.element]
         if v != self.last or self.value is None:
-            self.last, self.value = v, jnp.asarray(float(v))
+            # device_put, not jnp.asarray: that stages the value through a small program,
+            # compiled on first use in every process (the same weakly typed float32 array)
+            self.last, self.value = v, jax.device_put(float(v))
         return self.value
 
 
