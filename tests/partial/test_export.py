@@ -126,7 +126,9 @@ def test_keep_params_stores_the_parameters_and_otherwise_they_are_baked_in(tmp_p
     # Tensors, jax arrays, float64 numpy and inputs by name are all accepted; Tensors come back
     out = kept(x=eg.tensor(x))
     assert isinstance(out, eg.Tensor)
-    np.testing.assert_allclose(out.numpy(), baked(jax.numpy.asarray(x)).numpy(), rtol=1e-6)
+    # rtol 1e-5: XLA folds the baked constants into the program, which may round a product
+    # differently (1.7e-6 relative seen on one CPU) from the same parameters as inputs
+    np.testing.assert_allclose(out.numpy(), baked(jax.numpy.asarray(x)).numpy(), rtol=1e-5)
     np.testing.assert_allclose(baked(x.astype(np.float64)).numpy(), net(eg.tensor(x)).numpy(),
                                rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"input `x` must be float32 of shape \[4, 6\]"):

@@ -215,9 +215,13 @@ def run_with_interrupt(step: Callable[[], object], delay: float) -> tuple[bool, 
     whether `step` returned, whether a KeyboardInterrupt came out of it, and whether an
     interrupt the timer sent never arrived. When this returns, the timer thread has finished
     and an interrupt it sent has been raised and caught here, so none lands in the checks."""
-    fired = threading.Event()
+    fired, armed = threading.Event(), threading.Event()
 
     def fire():
+        # Not before `timer.start()` has returned: on a loaded machine the timer can run out
+        # while `start()` still waits for its thread, and an interrupt there breaks the lock of
+        # threading's own Condition ("release unlocked lock").
+        armed.wait()
         fired.set()
         _thread.interrupt_main()
 
@@ -228,6 +232,7 @@ def run_with_interrupt(step: Callable[[], object], delay: float) -> tuple[bool, 
     # call or a backward jump, so the timer's interrupt lands inside one of them.
     try:
         timer.start()
+        armed.set()
         step()
         returned = True
     except KeyboardInterrupt:
