@@ -245,8 +245,8 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
         self.hyper_inputs.setdefault(id(optimizer), set()).add((gi, key))
         arrays = []
         for ei, v in enumerate(numbers):
-            with jax.ensure_compile_time_eval():
-                a = jnp.asarray(float(v))
+            with jax.ensure_compile_time_eval():  # device_put, as sources.Hyper: no program
+                a = jax.device_put(float(v))
             elem = ei if isinstance(value, (tuple, list)) else None
             self._new_input(Hyper(optimizer, gi, key, elem), a)
             arrays.append(a)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import eager as eg
@@ -117,7 +116,7 @@ def flatten_call(args: tuple, kwargs: dict) -> Call:
     floats = 0
     for i, x in enumerate(leaves):
         if type(x) is float:  # traced, so a new value does not compile anew
-            a = jnp.asarray(x)
+            a = jax.device_put(x)  # jnp.asarray would compile a staging program per process
             leaves[i] = t = _wrap(a)
             tensors.append(t)
             arrays.append(a)
