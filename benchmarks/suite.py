@@ -4,14 +4,15 @@ Run `python -m benchmarks [--quick] [--workloads mlp,cnn,gpt,dynamic] [--variant
 [--out DIR]`.
 
 Workloads: the three of `shared/reference/workloads.md` (an MLP, a small ResNet with BatchNorm,
-a two-block GPT) and `dynamic`, the MLP with a dynamic head (the loss over the samples whose
-loss is at or above the batch median: a data-dependent count, read on the host). Variants
-(`benchmarks.workloads`, `benchmarks.torch_workloads`): `eager`; `partial` (backbone under
-`partial_trace`, head eager); `xla` (whole step under `xla_trace`); the pure-jax references
-`jax_jit_step` (whole step in one donated `jax.jit`), `jax_split` (jitted backbone forward and
-backward, head in op-by-op jax: what an ideal `partial_trace` costs) and `jax_eager` (no jit);
-and, when torch is importable, `torch_eager` and `torch_compile_backbone`. Steps that cannot hold
-a dynamic head (`xla`, `jax_jit_step`, `jax_eager`) are not run for it.
+a two-block GPT) and `dynamic`, the MLP with a dynamic head (the mean loss over the samples whose
+loss is at or above the batch mean: a data-dependent count that changes nearly every step; eager
+code selects them, a ragged tensor, and the pure-jax references mask them at the batch's fixed
+size). Variants (`benchmarks.workloads`, `benchmarks.torch_workloads`): `eager`; `partial`
+(backbone under `partial_trace`, head eager); `xla` (whole step under `xla_trace`, the selection
+a masked computation); the pure-jax references `jax_jit_step` (whole step in one donated
+`jax.jit`), `jax_split` (jitted backbone forward and backward, head in op-by-op jax: what an
+ideal `partial_trace` costs) and `jax_eager` (no jit); and, when torch is importable,
+`torch_eager` and `torch_compile_backbone`.
 
 Protocol (workloads.md): each (workload, variant) runs in a fresh process, which builds the model,
 loads the canonical init and moves the batch untimed, then times the first step alone (capture

@@ -13,6 +13,14 @@ names, and implementations of one training step that do exactly the same work:
   backbone backward, jitted optimizer update (what an ideal `partial_trace` costs);
 - `jax_eager`: pure jax, `jax.value_and_grad` and a `jax.tree.map` optimizer with no jit at all.
 
+The `dynamic` workload is the mlp whose loss is the mean cross-entropy over the samples whose
+loss is at or above the batch mean (OHEM-style): a count that changes with the data, nearly every
+step (47 to 73 of the 128 samples; over the suite's 100 timed steps it changes on 87 steps of 99,
+23 distinct counts, on both sides of the capacity bucket 64). The eager versions select
+(`per_sample[per_sample >= per_sample.mean()]`: the selection reads its mask, as PyTorch's does,
+and gives a ragged tensor; inside `xla_trace` it is a masked computation); the pure-jax ones use
+the masked form at a fixed size, the natural jax idiom (see `masked_mean_loss`).
+
 The jax versions keep the cnn in NCHW / OIHW layout, as the eager model does. Every implementation
 returns a `Runner`: `step()` (or calling the runner) runs one training step and returns the loss
 (a Tensor or a jax array), `sync(loss)` blocks until the step's loss and state are computed,
@@ -44,8 +52,8 @@ from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
 
 WORKLOADS = ("mlp", "cnn", "gpt")
-# The mlp with a dynamic head: the loss over the samples whose loss is at or above the batch
-# median (a data-dependent count, found by reading values), as in the demo.
+# The mlp with a dynamic head: the loss over the samples whose loss is at or above the batch mean
+# (a data-dependent count that changes nearly every step).
 DYNAMIC = "dynamic"
 NUM_PARAMS = {"mlp": 669_706, "cnn": 170_410, "gpt": 470_784}
 NUM_BUFFER_FLOATS = {"mlp": 0, "cnn": 960, "gpt": 0}
@@ -345,11 +353,12 @@ class Runner:
 
 
 def hard_example_loss(logits: eg.Tensor, labels: eg.Tensor) -> eg.Tensor:
-    """Mean cross-entropy over the samples whose loss is at or above the batch median (read on
-    the host: a data-dependent count): the dynamic workload's head."""
+    """Mean cross-entropy over the samples whose loss is at or above the batch mean (OHEM-style):
+    the dynamic workload's head. The threshold stays on the device; the selection reads its
+    mask, as PyTorch's does, and returns a ragged tensor (padded to a capacity bucket), so eager
+    code compiles per bucket, not per count; inside `xla_trace` it is a masked computation."""
     per_sample = F.cross_entropy(logits, labels, reduction="none")
-    threshold = float(np.median(per_sample.numpy()))
-    return per_sample[per_sample >= threshold].mean()
+    return per_sample[per_sample >= per_sample.mean()].mean()
 
 
 class EagerRunner(Runner):
@@ -408,8 +417,6 @@ class XlaRunner(EagerRunner):
     `xla_trace`: one executable per step, parameters and optimizer state donated."""
 
     def __init__(self, name: str, batch: int | None = None):
-        if name == DYNAMIC:
-            raise ValueError("the dynamic head reads values: it cannot be a whole-step xla_trace")
         super().__init__(name, batch)
         self._step = xla_trace(super().step)
 
@@ -527,12 +534,26 @@ def _gpt_backbone(p: dict, bn: dict, x: jax.Array) -> tuple[jax.Array, dict]:
 _JAX_BACKBONES = {"mlp": _mlp_backbone, "cnn": _cnn_backbone, "gpt": _gpt_backbone}
 
 
-def _loss(backbone: Callable, params: dict, bn: dict, x: jax.Array,
-          y: jax.Array) -> tuple[jax.Array, dict]:
+def masked_mean_loss(per_sample: jax.Array) -> jax.Array:
+    """The dynamic head in jax: the mean of the per-sample losses at or above their mean.
+
+    How a jax user writes a data-dependent count: `per_sample[mask]` is not jittable (its shape
+    depends on the values) and, outside jit, reads the mask on the host and makes every later op
+    compile once per count; the masked form keeps the batch's fixed size, needs no host read and
+    compiles once, jitted or not. The mask is a comparison, so no gradient flows through the
+    threshold, as with a selection."""
+    keep = per_sample >= jnp.mean(per_sample)
+    return jnp.sum(jnp.where(keep, per_sample, 0.0)) / jnp.sum(keep)
+
+
+def _loss(backbone: Callable, params: dict, bn: dict, x: jax.Array, y: jax.Array,
+          dynamic: bool = False) -> tuple[jax.Array, dict]:
+    """Mean cross-entropy of the model's logits (the dynamic head's masked mean if `dynamic`)."""
     feats, new_bn = backbone(params, bn, x)
     logits = _linear(params, "head", feats.reshape(-1, feats.shape[-1]))
     logp = jax.nn.log_softmax(logits, axis=1)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), new_bn
+    per_sample = -jnp.take_along_axis(logp, y[:, None], axis=1)[:, 0]
+    return (masked_mean_loss(per_sample) if dynamic else jnp.mean(per_sample)), new_bn
 
 
 # ----- pure jax: optimizers ---------------------------------------------------------------------
@@ -590,17 +611,16 @@ class _JaxRunner(Runner):
 
 
 class JaxJitStep(_JaxRunner):
-    """Forward, backward and optimizer update in one `jax.jit`, state donated."""
+    """Forward, backward and optimizer update in one `jax.jit`, state donated (the dynamic head
+    in its masked form, `masked_mean_loss`)."""
 
     def __init__(self, name: str, batch: int | None = None):
-        if name == DYNAMIC:
-            raise ValueError("the dynamic head reads values: it cannot be one jitted step")
         super().__init__(name, batch)
-        backbone, update = self.backbone, self.update
+        backbone, update, dynamic = self.backbone, self.update, name == DYNAMIC
 
         def train_step(params, opt_state, bn, x, y):
             (loss, new_bn), grads = jax.value_and_grad(
-                lambda p: _loss(backbone, p, bn, x, y), has_aux=True)(params)
+                lambda p: _loss(backbone, p, bn, x, y, dynamic), has_aux=True)(params)
             params, opt_state = update(params, grads, opt_state)
             return params, opt_state, new_bn, loss
 
@@ -619,7 +639,12 @@ class JaxJitStep(_JaxRunner):
 
 class JaxSplit(_JaxRunner):
     """Jitted backbone vjp; head, CE and head gradients by hand with eager `jax.numpy`; jitted
-    backbone backward; jitted optimizer update with params and optimizer state donated."""
+    backbone backward; jitted optimizer update with params and optimizer state donated.
+
+    The dynamic head is the masked form of `masked_mean_loss`, op by op like the rest of the
+    head: per-sample weights `keep / sum(keep)` at the batch's fixed size, so a count that
+    changes every step costs neither a host read nor a compile (the fairest, fastest pure-jax
+    reference; `per_sample[keep]` in eager jax would read the mask and compile per count)."""
 
     def __init__(self, name: str, batch: int | None = None):
         super().__init__(name, batch)
@@ -650,10 +675,10 @@ class JaxSplit(_JaxRunner):
         z = logits - jnp.max(logits, axis=1, keepdims=True)
         logp = z - jnp.log(jnp.sum(jnp.exp(z), axis=1, keepdims=True))
         onehot = (self.y[:, None] == self._classes).astype(logp.dtype)
-        if self.name == DYNAMIC:  # the hard half, chosen by reading the per-sample losses
+        if self.name == DYNAMIC:  # the samples at or above the mean loss, masked (no host read)
             per_sample = -jnp.sum(logp * onehot, axis=1)
-            keep = np.asarray(per_sample) >= np.median(np.asarray(per_sample))
-            weight = jnp.asarray(keep, logp.dtype)[:, None] / int(keep.sum())
+            keep = (per_sample >= jnp.mean(per_sample)).astype(logp.dtype)
+            weight = (keep / jnp.sum(keep))[:, None]
         else:
             weight = 1.0 / f.shape[0]
         loss = -jnp.sum(logp * onehot * weight)
@@ -663,16 +688,14 @@ class JaxSplit(_JaxRunner):
 
 
 class JaxEager(_JaxRunner):
-    """`jax.value_and_grad` and a `jax.tree.map` optimizer, no jit: op-by-op dispatch."""
-
-    def __init__(self, name: str, batch: int | None = None):
-        if name == DYNAMIC:
-            raise ValueError("not implemented for the dynamic head")
-        super().__init__(name, batch)
+    """`jax.value_and_grad` and a `jax.tree.map` optimizer, no jit: op-by-op dispatch (the
+    dynamic head in its masked form, `masked_mean_loss`)."""
 
     def step(self) -> jax.Array:
+        dynamic = self.name == DYNAMIC
         (loss, self.bn), grads = jax.value_and_grad(
-            lambda p: _loss(self.backbone, p, self.bn, self.x, self.y), has_aux=True)(self.params)
+            lambda p: _loss(self.backbone, p, self.bn, self.x, self.y, dynamic),
+            has_aux=True)(self.params)
         self.params, self.opt_state = self.update(self.params, grads, self.opt_state)
         return loss
 
@@ -699,6 +722,6 @@ VARIANTS: dict[str, Callable[..., Runner]] = {
 
 
 def variants_for(name: str) -> list[str]:
-    """The variants that apply to workload `name`: a dynamic head cannot be one jitted step."""
-    whole_step = ("xla", "jax_jit_step", "jax_eager")
-    return [v for v in VARIANTS if not (name == DYNAMIC and v in whole_step)]
+    """The variants that apply to workload `name`: all of them (the dynamic head included: a
+    whole step holds it as a masked computation)."""
+    return list(VARIANTS)

@@ -15,9 +15,12 @@ import jax
 import numpy as np
 import pytest
 
+from benchmarks.compiles import count_compiles
 from benchmarks.workloads import (
+    DYNAMIC,
     NUM_BUFFER_FLOATS,
     NUM_PARAMS,
+    VARIANTS,
     WORKLOADS,
     build_model,
     eager_step,
@@ -25,6 +28,7 @@ from benchmarks.workloads import (
     is_buffer,
     jax_jit_step,
     make_batch,
+    variants_for,
 )
 
 STEPS = {"mlp": 5, "cnn": 3, "gpt": 3}
@@ -92,3 +96,48 @@ def test_eager_training_matches_the_jax_reference(name):
         assert np.linalg.norm(moved) > 0, k
         err = np.linalg.norm(eager_state[k] - ref) / np.linalg.norm(moved)
         assert err < UPDATE_RTOL[name], (k, err)
+
+
+def _hard_example_count(state: dict, x: np.ndarray, y: np.ndarray) -> int:
+    """The dynamic head's count for a state dict, in float64 numpy: the samples whose
+    cross-entropy is at or above the batch mean."""
+    def linear(name, h):
+        return h @ state[f"{name}.weight"].T.astype(np.float64) + state[f"{name}.bias"]
+    h = np.maximum(linear("backbone.fc1", x.astype(np.float64)), 0)
+    logits = linear("head", np.maximum(linear("backbone.fc2", h), 0))
+    z = logits - logits.max(axis=1, keepdims=True)
+    per_sample = np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]
+    return int((per_sample >= per_sample.mean()).sum())
+
+
+def test_dynamic_head_count_changes_every_step_without_compiles():
+    runner = eager_step(DYNAMIC)
+    x, y = make_batch(DYNAMIC)
+    counts = []
+    for _ in range(12):  # the first steps see both capacity buckets (counts 47..73 of 128)
+        counts.append(_hard_example_count(runner.state_dict(), x, y))
+        runner.sync(runner.step())
+    changes = sum(a != b for a, b in zip(counts, counts[1:]))
+    assert changes >= 9 and len(set(counts)) >= 6, counts
+    assert min(counts) <= 64 < max(counts), counts
+    with count_compiles() as seen:  # the ragged selection compiles per bucket, not per count
+        for _ in range(10):
+            runner.sync(runner.step())
+    assert seen.count == 0, seen.names
+
+
+def test_dynamic_variants_agree():
+    """Every variant of the dynamic workload (selection in eager code, masked computation in
+    `xla_trace` and in pure jax) trains the same: losses and final parameters."""
+    assert set(variants_for(DYNAMIC)) >= {"eager", "partial", "xla", "jax_jit_step",
+                                          "jax_split"}
+    with jax.default_matmul_precision("highest"):
+        results = {v: _train(VARIANTS[v](DYNAMIC), 4) for v in variants_for(DYNAMIC)
+                   if v != "jax_eager"}  # jax_eager: the same loss function, op by op (slow)
+    ref_losses, ref_state = results["jax_jit_step"]
+    assert all(b < a for a, b in zip(ref_losses, ref_losses[1:]))
+    for variant, (losses, state) in results.items():
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=variant)
+        for k, ref in ref_state.items():
+            np.testing.assert_allclose(state[k], ref, rtol=1e-4, atol=PARAM_ATOL["mlp"],
+                                       err_msg=f"{variant} {k}")
