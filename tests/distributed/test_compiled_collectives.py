@@ -13,6 +13,10 @@ import eager.distributed as dist
 from eager.autodiff import GradManager
 from partial import UnsupportedInRegionError, exclude_from_trace, partial_trace, xla_trace
 
+# Long runs (stateful machines over thousands of steps, launches of several processes): the
+# README's test command leaves them out (-m "not slow"), .ci/run runs them too.
+pytestmark = pytest.mark.slow
+
 
 def _params() -> eg.Parameter:
     return eg.Parameter(np.array([0.5, -1.0, 2.0], np.float32))

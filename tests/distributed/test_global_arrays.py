@@ -19,6 +19,10 @@ from eager.errors import DistributedError
 
 from . import training, workers
 
+# Long runs (stateful machines over thousands of steps, launches of several processes): the
+# README's test command leaves them out (-m "not slow"), .ci/run runs them too.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 CASES = [f"{k}-{o}-{m}" for k in ("mlp", "cnn") for o in ("sgd", "adam")
          for m in ("eager", "partial_trace", "xla_trace")]

@@ -16,6 +16,10 @@ from eager.errors import DistributedError, WorkerError
 
 from . import workers
 
+# Long runs (stateful machines over thousands of steps, launches of several processes): the
+# README's test command leaves them out (-m "not slow"), .ci/run runs them too.
+pytestmark = pytest.mark.slow
+
 WORLD = 2
 
 

@@ -23,6 +23,7 @@ import functools as ft
 import gc
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -39,6 +40,10 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
+
+# Long runs (stateful machines over thousands of steps, launches of several processes): the
+# README's test command leaves them out (-m "not slow"), .ci/run runs them too.
+pytestmark = pytest.mark.slow
 
 # Batch sizes: few, so that entries are reused; not 1 (BatchNorm's unbiased variance is
 # NaN) nor 2 (BatchNorm's output is then +-1 and its input gradient round-off, which Adam
