@@ -145,12 +145,13 @@ class GradManager:
         """Start recording operations on attached tensors."""
         if self._recording:
             raise BackwardError("GradManager.record() called while it is already recording")
-        self._recording = True
-        self._freed_by_backward = False
-        tape.change(recording=1)
-        self._tracking = [weakref.ref(t) for t, _ in self._entries() if _wants_grad(t)]
-        for ref in self._tracking:
-            ref()._tracked += 1
+        with context.atomic():  # a Ctrl-C lands before or after, never half-way
+            self._recording = True
+            self._freed_by_backward = False
+            tape.change(recording=1)
+            self._tracking = [weakref.ref(t) for t, _ in self._entries() if _wants_grad(t)]
+            for ref in self._tracking:
+                ref()._tracked += 1
         if (h := context.current()) is not None:
             h.recording(self, True)
 
@@ -158,17 +159,24 @@ class GradManager:
         """Stop recording (idempotent). Graph nodes die with the tensors that hold them."""
         if not self._recording:
             return
-        self._recording = False
-        tape.change(recording=-1)
-        for ref in self._tracking:
-            if (t := ref()) is not None:
-                t._tracked -= 1
-        self._tracking = []
+        with context.atomic():
+            self._recording = False
+            tape.change(recording=-1)
+            for ref in self._tracking:
+                if (t := ref()) is not None:
+                    t._tracked -= 1
+            self._tracking = []
         if (h := context.current()) is not None:
             h.recording(self, False)
 
     def __enter__(self) -> GradManager:
-        self.record()
+        already = self._recording
+        try:
+            self.record()
+        except BaseException:  # a Ctrl-C (or a capture's refusal) right after recording began:
+            if not already:  # the `with` body never runs, so neither would __exit__
+                self.release()
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
