@@ -360,6 +360,7 @@ def _region(net, steps, at, kind, log, runs):
     return region
 
 
+@pytest.mark.slow  # long random runs: .ci/run runs them after the README's command
 @settings(max_examples=20, deadline=None, derandomize=True)
 @given(steps=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=6),
        at=st.integers(0, 5), kind=st.sampled_from(["block", "read"]))
@@ -390,6 +391,7 @@ def test_random_regions_that_break_match_eager_from_the_first_call(steps, at, ki
     check_against_eager(build, steps=3, rtol=1e-4, atol=1e-4, **options)  # (as below)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(steps=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5),
        at=st.integers(0, 6), kind=st.sampled_from(["block", "read"]),

@@ -75,6 +75,7 @@ def _train(runner, steps):
     return [runner.float_loss(loss) for loss in losses], runner.state_dict()
 
 
+@pytest.mark.slow  # trains each workload in both frameworks: .ci/run runs it after the rest
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_eager_training_matches_the_jax_reference(name):
     steps = STEPS[name]
