@@ -127,9 +127,9 @@ def mask_indices(mask: Any, what: str = "a boolean mask index") -> list:
     h = current()
     array = mask._data if h is None else h.read(mask)
     memo = ragged_dispatch.selections(h)
-    hit = memo.get(id(array))
-    if hit is not None and hit[0] is array and hit[1] is mask._len:
-        return ragged_dispatch.rewrap(*hit[2:])
+    for hit in memo:  # compared by identity: each entry holds its array, so none is stale
+        if hit[0] is array and hit[1] is mask._len:
+            return ragged_dispatch.rewrap(*hit[2:])
     if h is not None and h.traced_lengths and isinstance(array, jax.core.Tracer):
         out = ragged_dispatch.traced_index_tensors(mask)
     else:
@@ -137,7 +137,6 @@ def mask_indices(mask: Any, what: str = "a boolean mask index") -> list:
         out = ragged_dispatch.index_tensors(np.nonzero(host), host.size)
     if h is None:
         memo.clear()
-    # arrays, not tensors (a capture would see tensors kept alive as escaping the region);
-    # holding `array` keeps its id its own
-    memo[id(array)] = (array, mask._len, [t._data for t in out], out[0]._len)
+    # arrays, not tensors (a capture would see tensors kept alive as escaping the region)
+    memo.append((array, mask._len, [t._data for t in out], out[0]._len))
     return out

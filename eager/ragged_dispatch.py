@@ -61,8 +61,8 @@ class TracedDim:
     def __ne__(self, other: Any) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
-        return id(self.n)
+    def __hash__(self) -> int:  # equal only to itself: one bucket for all is correct
+        return hash(TracedDim)
 
     def __repr__(self) -> str:
         return "<data-dependent>"
@@ -253,18 +253,18 @@ _per_capture: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _eager = threading.local()
 
 
-def selections(h: Any) -> dict:
-    """The memo of mask selections (id(mask array) -> (array, its length, index tensors)) of
-    the capture `h` (kept while it lives), or of this thread's eager code (`h` None: the last
-    mask only)."""
+def selections(h: Any) -> list:
+    """The memo of mask selections, entries (mask array, its length, index arrays, their
+    length), of the capture `h` (kept while it lives), or of this thread's eager code (`h`
+    None: the last mask only)."""
     if h is None:
         memo = getattr(_eager, "memo", None)
         if memo is None:
-            memo = _eager.memo = {}
+            memo = _eager.memo = []
         return memo
     memo = _per_capture.get(h)
     if memo is None:
-        memo = _per_capture[h] = {}
+        memo = _per_capture[h] = []
     return memo
 
 
