@@ -159,6 +159,7 @@ def leaf_dependencies(tensors: Sequence[Any]) -> list[list[Any]]:
 
 
 def ragged_length(tensor: Any) -> Any:
-    """None, or the logical length of `tensor`'s ragged axis 0 (an int, or a traced int32 for a
-    selection made inside a region); its storage is padded to a capacity (`eager/ragged.py`)."""
+    """None, or the logical length of `tensor`'s ragged axis 0: an int, an int32 device scalar
+    (a selection from a small source in eager code), or a traced int32 (inside a region); its
+    storage is padded to a capacity (`eager/ragged.py`)."""
     return tensor._len

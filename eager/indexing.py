@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from . import ragged as _ragged
 from . import ragged_dispatch
 from .context import current
 from .device import commit
@@ -130,8 +131,9 @@ def mask_indices(mask: Any, what: str = "a boolean mask index") -> list:
     for hit in memo:  # compared by identity: each entry holds its array, so none is stale
         if hit[0] is array and hit[1] is mask._len:
             return ragged_dispatch.rewrap(*hit[2:])
-    if h is not None and h.traced_lengths and isinstance(array, jax.core.Tracer):
-        out = ragged_dispatch.traced_index_tensors(mask)
+    if (h.traced_lengths and isinstance(array, jax.core.Tracer) if h is not None
+            else _ragged.selects_whole(int(np.prod(array.shape)))):
+        out = ragged_dispatch.device_index_tensors(mask)
     else:
         host = mask._host(what)
         out = ragged_dispatch.index_tensors(np.nonzero(host), host.size)

@@ -1,10 +1,13 @@
 """Ragged tensors: a data-dependent leading axis kept as padded storage and a length (decision 15).
 
 A data-dependent selection (`x[mask]`, `F.nonzero`, `F.cond_take`) returns a tensor whose axis 0
-is stored padded to a *capacity* taken from a geometric ladder (powers of two by default, never
-above the source's size), with its logical length beside it (`Tensor._len`: an int in eager
-code, a traced int32 inside a region). Ops run on the storage with the length as a runtime
-input, so each compiles once per capacity, never once per length.
+is stored padded to a *capacity*, with its logical length beside it (`Tensor._len`). From a
+small source (at most `small_source` candidates) and inside regions, the capacity is the
+source's size and the length is computed on the device (an int32 device scalar, read only when
+Python asks for it; a traced int32 in a region). From a larger one, eager code reads the count
+on the host and takes the capacity from a geometric ladder (powers of two by default, never
+above the source's size); the length is then an int. Ops run on the storage with the length as
+a runtime input, so each compiles once per capacity, never once per length.
 
 The padding invariant: storage rows at and past the length hold copies of a row of real data
 (the selection's indices are padded with its first index), so padding is finite wherever the
@@ -32,6 +35,12 @@ from .ops.ragged_rules import LOSS, MASKED, ROWS, SOURCE
 from .ops.registry import Op
 
 _ENV = "EAGER_RAGGED_BUCKETS"
+_SMALL_ENV = "EAGER_RAGGED_SMALL_SOURCE"
+# Below this many candidates an op's time on the CPU is its dispatch, not its work (measured:
+# a gather, a slice and a masked smooth L1 of 256 to 4096 rows take the same 20-40 us on 2
+# cores; at 16384 rows 2.5-4x that), so selecting at the full size wastes nothing that counts
+# and saves the host read of the count and the programs of the other capacities.
+_SMALL_DEFAULT = 4096
 
 
 # ----- the capacity ladder --------------------------------------------------------------------
@@ -53,10 +62,19 @@ def _parse(spec: Any) -> tuple[float, tuple[int, ...]] | None:
     return 2.0, rungs
 
 
+def _parse_small(spec: Any) -> int:
+    small = int(spec)
+    if small < 0:
+        raise ValueError(f"set_ragged_buckets: small_source must be >= 0, got {spec!r}")
+    return small
+
+
 _ladder = [_parse(os.environ.get(_ENV, "2"))]
+_small = [_parse_small(os.environ.get(_SMALL_ENV, _SMALL_DEFAULT))]
 
 
-def set_ragged_buckets(ladder: float | Sequence[int] | None = 2.0) -> None:
+def set_ragged_buckets(ladder: float | Sequence[int] | None = 2.0, *,
+                       small_source: int = _SMALL_DEFAULT) -> None:
     """Choose the capacities data-dependent selections are padded to, process-wide.
 
     `ladder` is a growth factor (2.0, the default: capacities 1, 2, 4, 8, ...; 1.25 wastes at
@@ -66,10 +84,17 @@ def set_ragged_buckets(ladder: float | Sequence[int] | None = 2.0) -> None:
     A capacity is never above the size of the tensor selected from. The environment variable
     `EAGER_RAGGED_BUCKETS` sets the default ("2", "1.5", "64,256,1024" or "off").
 
+    A selection from at most `small_source` candidates (4096 by default; the environment
+    variable `EAGER_RAGGED_SMALL_SOURCE`) is padded to the candidates' count whatever it
+    selects, and its length stays on the device until Python asks for it: no host read in the
+    step, and one program per op for every count. 0 makes every selection follow the ladder.
+
     >>> import eager as eg
     >>> eg.set_ragged_buckets(None); eg.set_ragged_buckets(2.0)
     """
+    small = _parse_small(small_source)
     _ladder[0] = _parse(ladder)
+    _small[0] = small
     bump_epoch()  # compiled regions that select re-validate and compile anew
 
 
@@ -80,6 +105,12 @@ def ragged_buckets() -> tuple[float, tuple[int, ...]] | None:
 
 def enabled() -> bool:
     return _ladder[0] is not None
+
+
+def selects_whole(limit: int) -> bool:
+    """Whether a selection from `limit` candidates keeps their count as its capacity, its
+    length computed on the device (no host read): ragged results on, `limit` small."""
+    return _ladder[0] is not None and 0 < limit <= _small[0]
 
 
 def capacity(n: int, limit: int) -> int:

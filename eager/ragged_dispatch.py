@@ -29,7 +29,7 @@ from . import tensors as _t  # circular: tensors imports this module; used at ca
 from .context import current
 from .device import default as default_device
 from .ops import OPS
-from .ops.ragged_rules import LOSS, MASKED, ROWS, SOURCE
+from .ops.ragged_rules import LOSS, MASKED, NONEMPTY, ROWS, SOURCE
 
 log = logging.getLogger("eager.ragged")
 FALLBACKS: Counter = Counter()  # op name -> calls that ran on exact arrays
@@ -82,7 +82,18 @@ def value_read(t: Any, what: str) -> None:
 def length_dim(t: Any) -> Any:
     """The logical length of ragged `t`: an int, or a `TracedDim` inside a region."""
     n = t._len
-    return n if isinstance(n, int) else TracedDim(n, t)
+    if isinstance(n, int):
+        return n
+    return TracedDim(n, t) if isinstance(n, jax.core.Tracer) else int(n)  # a host read
+
+
+def host_length(t: Any) -> int | None:
+    """The length of ragged `t` as an int (a device length is read, once: jax keeps the
+    value), or None inside a region, where it is traced."""
+    n = t._len
+    if isinstance(n, int):
+        return n
+    return None if isinstance(n, jax.core.Tracer) else int(n)
 
 
 def is_ragged(x: Any) -> bool:
@@ -99,6 +110,11 @@ def dispatch(op: Any, key: tuple, inputs: Sequence) -> Any:
         key, kind = _reshape_rows(first, attrs["shape"], key)
     if kind is None:
         return _on_exact(op, key, inputs, "it works along the ragged axis")
+    if kind == NONEMPTY:
+        kind = MASKED
+        if host_length(first) == 0:  # raises what the op raises on an empty array
+            return _t.run_op(op, key, [materialize(x, op.name) if is_ragged(x) else x
+                                       for x in inputs])
     follows = _plan(op, key, kind, inputs)
     if follows is None:
         return _on_exact(op, key, inputs, "its inputs do not line up along the ragged axis")
@@ -122,9 +138,10 @@ def _reshape_rows(t: Any, shape: tuple, key: tuple) -> tuple[tuple, str | None]:
     if not shape or shape.count(-1) > 1 or (shape[0] == -1 and not size):
         return key, None
     known = int(np.prod([s for s in shape[1:] if s != -1]))
-    if isinstance(t._len, int) and shape[0] == t._len and -1 in shape[1:] and known:
+    n = host_length(t) if shape[0] != -1 else None  # shape[0] came from a read of the length
+    if n is not None and shape[0] == n and -1 in shape[1:] and known:
         shape = (shape[0], *(size // known if s == -1 else s for s in shape[1:]))
-    if (shape[0] == -1 or (isinstance(t._len, int) and shape[0] == t._len)) \
+    if (shape[0] == -1 or (n is not None and shape[0] == n)) \
             and -1 not in shape[1:] and int(np.prod(shape[1:])) == size:
         return (("shape", (-1, *shape[1:])),), ROWS
     return key, None
@@ -134,12 +151,14 @@ def _common_length(tensors: list) -> Any:
     """The length the given ragged inputs share; None when they differ."""
     n = tensors[0]._len
     for t in tensors[1:]:
-        if t._len is n or (isinstance(n, int) and t._len == n):
+        if t._len is n:
             continue
-        if not isinstance(n, int) or not isinstance(t._len, int):
+        if isinstance(n, jax.core.Tracer) or isinstance(t._len, jax.core.Tracer):
             value_read(t, "the sizes of two different data-dependent selections (to check "
                           "that they are equal)")
-        return None
+            return None
+        if host_length(tensors[0]) != host_length(t):
+            return None
     return n
 
 
@@ -231,8 +250,8 @@ def materialize(t: Any, what: str) -> Any:
     """A dense Tensor with the logical value of ragged `t` (and its gradient history): a host
     copy of the valid rows when no gradient is needed on the CPU (nothing compiles), else a
     slicing op compiled per length."""
-    n = t._len
-    if not isinstance(n, int):
+    n = host_length(t)
+    if n is None:
         value_read(t, f"{what} (it needs the exact size of a data-dependent selection)")
         raise TypeError(f"{what} needs the exact size of a data-dependent selection")
     data = t._data
@@ -303,9 +322,10 @@ def rewrap(arrays: list, n: Any) -> list:
     return out
 
 
-def traced_index_tensors(mask: Any) -> list:
-    """Inside a region: index tensors for the true elements of the traced bool `mask`, at the
-    fixed capacity `mask.size`, their length traced (one executable for every count)."""
+def device_index_tensors(mask: Any) -> list:
+    """Index tensors for the true elements of the bool `mask`, at the fixed capacity
+    `mask.size`, their length computed on the device: traced inside a region, a device scalar
+    in eager code (read only when Python asks for the size). One program for every count."""
     size = int(np.prod(mask._data.shape))  # a ragged mask's storage: its padding never selects
     *coords, count = _t.apply(OPS["mask_indices"], mask, size=size)
     n = _t.read(count)

@@ -118,7 +118,7 @@ class Tensor(TensorMethods):
         if (h := _current()) is not None:
             h.value_read(self, what)
         a = np.asarray(self._data)
-        return a if self._len is None else a[:self._len]  # a ragged tensor's logical rows
+        return a if self._len is None else a[:_ragged.host_length(self)]  # logical rows
 
     def numpy(self) -> np.ndarray:
         """A numpy copy of the value (a host read)."""
@@ -176,8 +176,8 @@ class Tensor(TensorMethods):
         if isinstance(self._data, jax.core.Tracer) or not isinstance(self._data, jax.Array):
             return f"Tensor(<traced>, shape={self.shape}, dtype={self.dtype})"
         a = np.asarray(self._data)
-        body = np.array2string(a if self._len is None else a[:self._len], separator=", ",
-                               prefix="Tensor(")
+        rows = a if self._len is None else a[:_ragged.host_length(self)]
+        body = np.array2string(rows, separator=", ", prefix="Tensor(")
         return f"Tensor({body}, dtype={self.dtype}, device={self.device})"
 
     __hash__ = object.__hash__

@@ -8,6 +8,8 @@ ROWS = "rows"  # row-independent along axis 0: runs on the padded storage, its o
 MASKED = "masked"  # a reduction over axis 0 whose second input is a validity mask
 LOSS = "loss"  # a loss: its reduction="none" form is ROWS, then a masked mean / sum
 SOURCE = "source"  # ROWS for indexing ops, whose first input may also be read at given rows
+NONEMPTY = "nonempty"  # MASKED for a reduction without an identity (max, argmax): on an empty
+# selection it raises as on the exact array (eager code reads a length kept on the device)
 
 
 def touches_rows(axis: Any, ndim: int) -> bool:

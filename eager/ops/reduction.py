@@ -9,7 +9,7 @@ passes None, the plain reduction.
 import jax
 import jax.numpy as jnp
 
-from .ragged_rules import along
+from .ragged_rules import MASKED, NONEMPTY, along
 from .registry import defop
 
 
@@ -34,12 +34,12 @@ for _name, _fn in {"sum": jnp.sum, "mean": jnp.mean, "prod": jnp.prod}.items():
                                                               where=valid))
 
 
-@defop("max", ragged=along())
+@defop("max", ragged=along(inside=NONEMPTY))
 def max_(x, valid=None, *, axis, keepdims):
     return jnp.max(_fill(x, valid, _lowest(x.dtype)), axis=axis, keepdims=keepdims)
 
 
-@defop("min", ragged=along())
+@defop("min", ragged=along(inside=NONEMPTY))
 def min_(x, valid=None, *, axis, keepdims):
     return jnp.min(_fill(x, valid, _highest(x.dtype)), axis=axis, keepdims=keepdims)
 
@@ -71,7 +71,8 @@ def logsumexp(x, valid=None, *, axis, keepdims):
     return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims, where=valid)
 
 
-@defop("norm", ragged=along())
+@defop("norm", ragged=lambda attrs, ndim: along(
+    inside=NONEMPTY if abs(attrs["ord"]) == float("inf") else MASKED)(attrs, ndim))
 def norm(x, valid=None, *, ord, axis, keepdims):
     a = jnp.abs(x)
     if ord == float("inf"):
@@ -86,11 +87,11 @@ def norm(x, valid=None, *, ord, axis, keepdims):
     return jnp.sum(a**ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
 
 
-@defop("argmax", differentiable=False, ragged=along())
+@defop("argmax", differentiable=False, ragged=along(inside=NONEMPTY))
 def argmax(x, valid=None, *, axis, keepdims):
     return jnp.argmax(_fill(x, valid, _lowest(x.dtype)), axis=axis, keepdims=keepdims)
 
 
-@defop("argmin", differentiable=False, ragged=along())
+@defop("argmin", differentiable=False, ragged=along(inside=NONEMPTY))
 def argmin(x, valid=None, *, axis, keepdims):
     return jnp.argmin(_fill(x, valid, _highest(x.dtype)), axis=axis, keepdims=keepdims)

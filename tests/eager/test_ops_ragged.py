@@ -46,16 +46,32 @@ def _close(a, b, what):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, equal_nan=True, err_msg=what)
 
 
+# The two ways a selection in eager code is stored: at a capacity of the ladder, its count read
+# on the host (small_source=0, what large sources get), and at the source's size, its count
+# left on the device (the default for sources of at most 4096 candidates).
+PATHS = {"ladder": 0, "whole": 4096}
+
+
+@pytest.fixture(params=sorted(PATHS))
+def path(request):
+    eg.set_ragged_buckets(2.0, small_source=PATHS[request.param])
+    yield request.param
+    eg.set_ragged_buckets(2.0)
+
+
 @settings(max_examples=40, deadline=None)
-@given(cases())
-def test_ragged_equals_exact(case):
+@given(cases(), st.sampled_from(sorted(PATHS)))
+def test_ragged_equals_exact(case, path):
     n, d, mask, seed, name = case
     eg.set_ragged_buckets(None)
     try:
         want = run_program(name, n, d, mask, seed)
     finally:
+        eg.set_ragged_buckets(2.0, small_source=PATHS[path])
+    try:
+        got = run_program(name, n, d, mask, seed)
+    finally:
         eg.set_ragged_buckets(2.0)
-    got = run_program(name, n, d, mask, seed)
     if isinstance(want, Exception) or isinstance(got, Exception):
         assert type(got) is type(want), f"{name}: {got!r} vs exact {want!r}"
         return
@@ -64,16 +80,39 @@ def test_ragged_equals_exact(case):
             _close(x, y, f"{name} {what} {i} (count {mask.sum()} of {n})")
 
 
-def test_shape_len_print_numpy_are_logical():
+def test_shape_len_print_numpy_are_logical(path):
     x = eg.tensor(np.arange(20.0, dtype=np.float32).reshape(10, 2))
     r = x[x[:, 0] >= 10]
     assert r.shape == (5, 2) and len(r) == 5 and r.size == 10 and r.ndim == 2
-    assert eg.hooks.ragged_length(r) == 5 and eg.hooks.data(r).shape == (8, 2)  # capacity 8
+    capacity = {"ladder": 8, "whole": 10}[path]
+    assert eg.hooks.ragged_length(r) == 5 and eg.hooks.data(r).shape == (capacity, 2)
     np.testing.assert_array_equal(r.numpy(), np.arange(10.0, 20.0).reshape(5, 2))
     assert "18." in repr(r) and repr(r).count("[") == 6  # five rows, not eight
     assert [row.shape for row in r] == [(2,)] * 5
     assert eg.tensor(r).shape == (5, 2) and r.detach().shape == (5, 2)
     assert r.tolist() == np.arange(10.0, 20.0).reshape(5, 2).tolist()
+
+
+def test_small_sources_keep_the_count_on_the_device():
+    """A selection from at most `small_source` candidates reads nothing on the host: its storage
+    has the source's size and its length is a device scalar, read when Python asks for it."""
+    import jax
+
+    x = eg.tensor(np.arange(12.0, dtype=np.float32).reshape(6, 2))
+    r = x[x[:, 0] > 3]
+    n = eg.hooks.ragged_length(r)
+    assert isinstance(n, jax.Array) and eg.hooks.data(r).shape == (6, 2)
+    y = (r * 2.0)[:, :1]  # runs on the storage: still ragged, the same length object
+    assert eg.hooks.ragged_length(y) is n and eg.hooks.data(y).shape == (6, 1)
+    assert y.shape == (4, 1) and y.numpy().tolist() == [[8.0], [12.0], [16.0], [20.0]]
+    eg.set_ragged_buckets(2.0, small_source=4)  # 6 candidates: above it, the ladder
+    try:
+        r = x[x[:, 0] > 5]
+        assert eg.hooks.ragged_length(r) == 3 and eg.hooks.data(r).shape == (4, 2)
+        with pytest.raises(ValueError, match="small_source"):
+            eg.set_ragged_buckets(2.0, small_source=-1)
+    finally:
+        eg.set_ragged_buckets(2.0)
 
 
 def test_capacities_follow_the_ladder():
@@ -97,18 +136,20 @@ def test_capacities_follow_the_ladder():
         eg.set_ragged_buckets(2.0)
 
 
-def test_padding_is_a_copy_of_row_zero_and_gets_no_gradient():
+def test_padding_is_a_copy_of_row_zero_and_gets_no_gradient(path):
     """Padding holds copies of row 0 (finite where the data is) and its cotangent is zero:
     `1 / x` on a padding row of zeros would give inf, and `0 * inf` a NaN gradient."""
     x = eg.Parameter(np.array([[1.0, -2.0], [0.5, 4.0], [3.0, 0.5], [2.0, 2.0], [0.0, 0.0]],
                               np.float32))
     gm = GradManager().attach([x])
     with gm:
-        r = x[eg.tensor([False, True, True, True, False])]  # 3 rows, capacity 4
+        r = x[eg.tensor([False, True, True, True, False])]  # 3 rows, capacity 4 or 5
         y = F.log(r)
         storage = np.asarray(eg.hooks.data(y))
         gm.backward((y * 2).sum() + F.sqrt(r).mean())
-    np.testing.assert_array_equal(storage[3], storage[0])
+    assert len(storage) == {"ladder": 4, "whole": 5}[path]
+    for pad in storage[3:]:
+        np.testing.assert_array_equal(pad, storage[0])
     assert np.isfinite(storage).all()
     rows = x.numpy()[1:4]
     want = np.zeros((5, 2), np.float32)
@@ -133,7 +174,7 @@ def test_ragged_exact_and_mask_indices_ops():
         1, 0, 1, 1, 1, 1]
 
 
-def test_further_selection_and_gather_by_a_ragged_index():
+def test_further_selection_and_gather_by_a_ragged_index(path):
     x = eg.tensor(np.arange(24.0, dtype=np.float32).reshape(12, 2))
     r = x[x[:, 0] > 4]  # 9 rows, capacity 12 (the source's size)
     rr = r[r[:, 1] < 15]  # a selection of a ragged tensor
@@ -144,9 +185,10 @@ def test_further_selection_and_gather_by_a_ragged_index():
     assert v.numpy().tolist() == [21.0, 22.0, 23.0] and i.numpy().tolist() == [21, 22, 23]
 
 
-def test_compiles_stop_once_the_buckets_are_seen():
+def test_compiles_stop_once_the_buckets_are_seen(path):
     """A head whose count changes every step compiles per capacity, never per count: over 200
-    steps with (almost) every count in 1..64, the compiles stop once the buckets are filled."""
+    steps with (almost) every count in 1..64, the compiles stop once the buckets are filled
+    (one bucket, the source's size, when the count stays on the device)."""
     from benchmarks.compiles import count_compiles
 
     rng = np.random.default_rng(0)

@@ -81,3 +81,16 @@ def test_table_goals_and_agreement(capsys):
     assert "| xla | unsupported (below) |" in out and "ValueReadError: no" in out
     assert "6 compiles in the last 100 steps (goal <= 0: MISSED)" in out
     assert "eager: max relative difference of the loss curve from torch_eager 0.00e+00" in out
+
+
+def test_ratios_are_against_the_faster_of_the_two_torch_runs(capsys):
+    rows = [("torch_eager (first)", fake_result("torch_eager", [2.0, 1.0, 0.5], 0.02, [0] * 3)),
+            ("partial", fake_result("partial", [2.0, 1.0, 0.5], 0.02, [5, 6, 6])),
+            ("torch_eager (last)", fake_result("torch_eager", [2.0, 1.0, 0.5], 0.01, [0] * 3))]
+    assert ds.reference(rows)["median_ms"] == 10.0 and ds.reference(rows[:2])["median_ms"] == 20
+    ds.print_table(rows)
+    ds.print_goals(rows)
+    out = capsys.readouterr().out
+    assert "| partial | 0.06 | 20.00 | 200.0 | 6 | 0.50000 | 2.00 | 2.00 |" in out
+    assert "median step 2.00x torch (goal <= 1.25: MISSED)" in out
+    assert ds.reference([("partial", rows[1][1])]) is None
