@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -233,7 +234,7 @@ class GradManager:
                     f"backward(y) without dy needs a one-element y, got shape {y.shape}; "
                     "pass dy (e.g. eg.ones_like(y)) or reduce y to a scalar first"
                 )
-            return jnp.ones(y.shape, y.dtype)
+            return _one(y.shape, y.dtype)
         ct = read(dy) if isinstance(dy, Tensor) else jnp.asarray(np.asarray(dy), y.dtype)
         if tuple(ct.shape) != y.shape:
             raise ValueError(f"dy has shape {tuple(ct.shape)} but y has shape {y.shape}")
@@ -315,6 +316,21 @@ class Function:
                 f"{n_inputs} inputs; return one per input (None where there is none)"
             )
         return [None if grads[i] is None else read(grads[i]) for i in mask]
+
+
+_ONES: dict = {}
+
+
+def _one(shape: tuple, dtype: Any) -> Any:
+    """The seed cotangent of a one-element loss: made once per shape, dtype and default device
+    (creating it costs more than a small op's whole step; jax arrays are immutable)."""
+    key = (shape, np.dtype(dtype), jax.config.jax_default_device)
+    one = _ONES.get(key)
+    if one is None:
+        if len(_ONES) > 64:
+            _ONES.clear()
+        one = _ONES[key] = jnp.ones(shape, dtype)
+    return one
 
 
 __all__ = ["GradManager", "Function", "no_grad"]
