@@ -16,10 +16,10 @@ names, and implementations of one training step that do exactly the same work:
 The `dynamic` workload is the mlp whose loss is the mean cross-entropy over the samples whose
 loss is at or above the batch mean (OHEM-style): a count that changes with the data, nearly every
 step (47 to 73 of the 128 samples; over the suite's 100 timed steps it changes on 87 steps of 99,
-23 distinct counts, on both sides of the capacity bucket 64). The eager versions select
-(`per_sample[per_sample >= per_sample.mean()]`: the selection reads its mask, as PyTorch's does,
-and gives a ragged tensor; inside `xla_trace` it is a masked computation); the pure-jax ones use
-the masked form at a fixed size, the natural jax idiom (see `masked_mean_loss`).
+23 distinct counts). The eager versions select (`per_sample[per_sample >= per_sample.mean()]`:
+a ragged tensor stored at the batch's size with its count on the device, as inside `xla_trace`);
+the pure-jax ones use the masked form at a fixed size, the natural jax idiom (see
+`masked_mean_loss`).
 
 The jax versions keep the cnn in NCHW / OIHW layout, as the eager model does. Every implementation
 returns a `Runner`: `step()` (or calling the runner) runs one training step and returns the loss
@@ -354,9 +354,10 @@ class Runner:
 
 def hard_example_loss(logits: eg.Tensor, labels: eg.Tensor) -> eg.Tensor:
     """Mean cross-entropy over the samples whose loss is at or above the batch mean (OHEM-style):
-    the dynamic workload's head. The threshold stays on the device; the selection reads its
-    mask, as PyTorch's does, and returns a ragged tensor (padded to a capacity bucket), so eager
-    code compiles per bucket, not per count; inside `xla_trace` it is a masked computation."""
+    the dynamic workload's head. The threshold stays on the device, and so does the count: a
+    selection from 128 candidates returns a ragged tensor stored at their size with its length
+    on the device (nothing read on the host, one program per op for every count); inside
+    `xla_trace` it is the same masked computation."""
     per_sample = F.cross_entropy(logits, labels, reduction="none")
     return per_sample[per_sample >= per_sample.mean()].mean()
 

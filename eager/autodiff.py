@@ -234,7 +234,10 @@ class GradManager:
                     f"backward(y) without dy needs a one-element y, got shape {y.shape}; "
                     "pass dy (e.g. eg.ones_like(y)) or reduce y to a scalar first"
                 )
-            return _one(y.shape, y.dtype)
+            if context.current() is None and isinstance(y._data, jax.Array) \
+                    and not isinstance(y._data, jax.core.Tracer):
+                return _one(y.shape, y.dtype)
+            return jnp.ones(y.shape, y.dtype)  # in a capture: part of the traced program
         ct = read(dy) if isinstance(dy, Tensor) else jnp.asarray(np.asarray(dy), y.dtype)
         if tuple(ct.shape) != y.shape:
             raise ValueError(f"dy has shape {tuple(ct.shape)} but y has shape {y.shape}")
