@@ -230,9 +230,9 @@ def triu(x: Any, k: int = 0) -> Tensor:
 
 
 # ----- selections with data-dependent sizes ------------------------------------------------------
-# Their results are ragged (eager/ragged.py): padded to a capacity bucket, the count read on the
-# host in eager code and traced inside a region. With ragged results off
-# (`eg.set_ragged_buckets(None)`), the count is read on the host (a region raises
+# Their results are ragged (eager/ragged.py): padded to a capacity, the count read on the host in
+# eager code (kept on the device for a small source) and traced inside a region. With ragged off
+# (`eg.set_ragged_buckets(None)`) the count is read on the host (a region raises
 # `ValueReadError` there, or breaks) and becomes a static attribute: one program per count.
 def _count(x: Tensor, fn: str) -> int:
     return int(apply(OPS["count_nonzero"], x)._scalar(f"{fn} (its output size is a count of "
