@@ -102,11 +102,13 @@ def _index_arrays(item: Any, shape: tuple, dim: int) -> list:
     covers), checked against `shape` in eager code."""
     if isinstance(item, TensorMethods):  # every Tensor is one
         if item.dtype == np.bool_:
+            _check_mask_rank(item.ndim)
             return mask_indices(item)
         arrays = [item]
     else:
         arr = np.asarray(item)
         if arr.dtype == np.bool_:
+            _check_mask_rank(arr.ndim)
             return ragged_dispatch.index_tensors(np.nonzero(arr), arr.size)
         if arr.dtype.kind not in "iu":
             raise bad_argument(
@@ -118,6 +120,14 @@ def _index_arrays(item: Any, shape: tuple, dim: int) -> list:
         check_range("indexing", item, shape[dim], "index", negative=True,
                     size=f"axis {dim} of a tensor of shape {shape}")
     return arrays
+
+
+def _check_mask_rank(ndim: int) -> None:
+    if ndim == 0:
+        raise bad_argument(
+            "indexing: a 0-d boolean index (x[True], x[t > 0] for a 0-d t) is not supported; "
+            "index with None to add an axis (x[None]), or select with a mask of one or more "
+            "axes.", OpIndexError)
 
 
 def mask_indices(mask: Any, what: str = "a boolean mask index") -> list:

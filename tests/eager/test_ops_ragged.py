@@ -214,3 +214,12 @@ def test_compiles_stop_once_the_buckets_are_seen(path):
             step(int(c))
     assert seen.count == 0, dict(seen.names)
     assert eg.ragged_fallbacks() == before  # nothing ran on exact arrays
+
+
+def test_a_zero_dimensional_mask_is_a_clear_error():
+    from eager.errors import OpIndexError
+
+    x = eg.tensor(np.arange(3.0, dtype=np.float32))
+    for mask in (True, eg.tensor(True), np.bool_(False)):
+        with pytest.raises(OpIndexError, match="0-d boolean index"):
+            x[mask]
