@@ -63,9 +63,13 @@ def _parse(spec: Any) -> tuple[float, tuple[int, ...]] | None:
 
 
 def _parse_small(spec: Any) -> int:
-    small = int(spec)
-    if small < 0:
-        raise ValueError(f"set_ragged_buckets: small_source must be >= 0, got {spec!r}")
+    try:
+        small = int(spec)
+    except (TypeError, ValueError):
+        small = -1
+    if small < 0 or isinstance(spec, (bool, float)):
+        raise ValueError(f"set_ragged_buckets: small_source ({_SMALL_ENV} in the environment) "
+                         f"must be an int >= 0, got {spec!r}")
     return small
 
 

@@ -109,8 +109,9 @@ def test_small_sources_keep_the_count_on_the_device():
     try:
         r = x[x[:, 0] > 5]
         assert eg.hooks.ragged_length(r) == 3 and eg.hooks.data(r).shape == (4, 2)
-        with pytest.raises(ValueError, match="small_source"):
-            eg.set_ragged_buckets(2.0, small_source=-1)
+        for bad in (-1, "many", 2.5):
+            with pytest.raises(ValueError, match="small_source"):
+                eg.set_ragged_buckets(2.0, small_source=bad)
     finally:
         eg.set_ragged_buckets(2.0)
 
