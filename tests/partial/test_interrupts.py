@@ -339,6 +339,7 @@ def _timed(durations: list[float]) -> Callable[[Callable], tuple[bool, bool, boo
 
 # A timer's KeyboardInterrupt that lands in a garbage-collector callback (hypothesis installs
 # one) is swallowed by Python itself and reported as unraisable: that interrupt is just missed.
+@pytest.mark.slow  # ~35 s of interrupts; .ci/run runs the slow set after the README's command
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("mode, optimizer", [("eager", "sgd"), ("partial_trace", "adam"),
                                              ("xla_trace", "adam"), ("xla_trace", "sgd")])

@@ -9,7 +9,7 @@ from benchmarks.workloads import build_model
 from eager.autodiff import GradManager
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", pytest.param("cnn", marks=pytest.mark.slow)])
 def test_the_three_variants_compute_the_same_values_and_gradients(name):
     model = build_model(name)
     fns = variants(name, model.backbone)

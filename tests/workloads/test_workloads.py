@@ -127,6 +127,7 @@ def test_dynamic_head_count_changes_every_step_without_compiles():
     assert seen.count == 0, seen.names
 
 
+@pytest.mark.slow  # every variant of the dynamic workload, torch's too: ~13 s
 def test_dynamic_variants_agree():
     """Every variant of the dynamic workload (selection in eager code, masked computation in
     `xla_trace` and in pure jax) trains the same: losses and final parameters."""
