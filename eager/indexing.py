@@ -34,8 +34,9 @@ def _axis_arg(axis: Any) -> Any:
 def parse_index(x: Any, index: Any) -> tuple[tuple, list]:
     """Split an index into a static structure and its dynamic parts (ints, integer arrays).
 
-    Boolean masks become integer index tensors here: ragged ones, padded to a capacity bucket
-    (`eager/ragged.py`), their count read on the host in eager code and traced inside a region.
+    Boolean masks become integer index tensors here: ragged ones, padded to a capacity
+    (`eager/ragged.py`), their count kept on the device (a small mask), read on the host (a
+    larger one) in eager code, and traced inside a region.
     Python ints are bounds-checked, as in numpy and PyTorch.
     """
     items = index if isinstance(index, tuple) else (index,)
@@ -131,8 +132,9 @@ def _check_mask_rank(ndim: int) -> None:
 
 
 def mask_indices(mask: Any, what: str = "a boolean mask index") -> list:
-    """The index tensors of a bool tensor's true elements: traced inside a region that allows
-    it (no value read, one executable for every count), else from a host read of the mask.
+    """The index tensors of a bool tensor's true elements: computed by the device at the mask's
+    size inside a region that allows it and for a small mask in eager code (no value read, one
+    program for every count), else from a host read of the mask.
     Selections by the same mask share them (`out[pos]`, `tgt[pos]`): one read, and one length,
     which ops combining the two selections can rely on."""
     h = current()

@@ -81,10 +81,8 @@ def value_read(t: Any, what: str) -> None:
 
 def length_dim(t: Any) -> Any:
     """The logical length of ragged `t`: an int, or a `TracedDim` inside a region."""
-    n = t._len
-    if isinstance(n, int):
-        return n
-    return TracedDim(n, t) if isinstance(n, jax.core.Tracer) else int(n)  # a host read
+    n = host_length(t)
+    return TracedDim(t._len, t) if n is None else n
 
 
 def host_length(t: Any) -> int | None:

@@ -44,8 +44,8 @@ class Tensor(TensorMethods):
     24.0
     """
 
-    # `_len`: None, or the logical length of a ragged axis 0 (an int, or a traced int32 inside a
-    # region) whose storage `_data` is padded to a capacity (eager/ragged.py)
+    # `_len`: None, or the logical length of a ragged axis 0 (an int, an int32 device scalar, or
+    # a traced int32 inside a region) whose storage `_data` is padded to a capacity (ragged.py)
     __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "_len", "__weakref__")
     __array_priority__ = 1000
     __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
