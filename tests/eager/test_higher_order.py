@@ -35,6 +35,7 @@ def _arrays(seed):
             rng.standard_normal((4, 5)).astype(np.float32))
 
 
+@pytest.mark.slow  # ~14 s of compiles
 @FAST
 @given(st.lists(st.sampled_from(sorted(BLOCKS)), min_size=1, max_size=3),
        st.integers(0, 2**16))

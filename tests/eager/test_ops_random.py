@@ -50,6 +50,7 @@ def _poisson():
 
 
 # ----- the ops against jax's samplers ---------------------------------------------------------
+@pytest.mark.slow  # ~20 s: every sampler at several shapes
 def test_draw_ops_against_jax_at_a_fixed_key():
     # the samplers' references jitted: op by op, their rejection loops dispatch thousands of ops
     check_op("random_randint", [KEY, -3, 4], lambda k, lo, hi: jax.random.randint(
