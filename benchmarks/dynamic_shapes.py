@@ -196,7 +196,7 @@ def timed_steps(step: Callable, batches: list[tuple], to_float: Callable) -> dic
     times, losses, compiles, loads, hits = [], [], [], [], [0]
 
     def on_event(event: str, **kwargs: Any) -> None:
-        hits[0] += event == "/jax/compilation_cache/cache_hits"
+        hits[0] += event in ("/jax/compilation_cache/cache_hits", "/eager/persistent_cache/hits")
 
     jax.monitoring.register_event_listener(on_event)
     try:

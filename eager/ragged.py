@@ -165,6 +165,7 @@ def variant(op: Op, kind: str) -> Op:
             f"{op.name}[{kind}]", fwd, differentiable=op.differentiable,
             nondiff_outputs=op.nondiff_outputs, multi_output=op.multi_output,
             compiler_options=op.compiler_options)
+        cached.persist = None if op.persist is None else (*op.persist, kind)
     return cached
 
 

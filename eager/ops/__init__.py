@@ -4,3 +4,6 @@ from . import elementwise, losses, nn, random, reduction, shape, sorting, update
 from .registry import OPS as OPS
 from .registry import Op as Op
 from .registry import defop as defop
+
+for _op in OPS.values():  # the built-in ops: their programs may be kept on disk by name
+    _op.persist = (_op.name,)

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 
 from ..context import current
+from . import persistent
 
 OPS: dict[str, Op] = {}
 
@@ -41,7 +42,7 @@ class Op:
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
                  "_fwd", "_bwd", "donate", "derived", "compiler_options", "ragged",
-                 "ragged_ops")
+                 "ragged_ops", "persist")
 
     def __init__(
         self,
@@ -68,6 +69,8 @@ class Op:
         self.compiler_options = compiler_options
         self.ragged = ragged
         self.ragged_ops: dict[str, Op] = {}  # its variants on ragged storage (eager/ragged.py)
+        # what names its programs in the on-disk cache (`persistent.py`); None: not kept there
+        self.persist: tuple | None = None
 
     per_rank = False  # a collective over the ranks of the process group (eager.distributed)
 
@@ -79,14 +82,20 @@ class Op:
         ops that donate, it consumes the buffers at `donated(key)`."""
         fn = self._fwd.get(key)
         if fn is None:
-            fn = self._fwd[key] = self._jit(ft.partial(self._impl, **dict(key)), key,
+            fn = self._fwd[key] = self._jit(ft.partial(self._impl, **dict(key)), key, ("fwd",),
                                             self.donated(key))
         return fn
 
-    def _jit(self, fn: Callable, key: tuple, donate: tuple[int, ...] = ()) -> Callable:
-        """`jax.jit(fn)`, with the op's compiler options for calls outside any trace."""
+    def _jit(self, fn: Callable, key: tuple, variant: tuple,
+             donate: tuple[int, ...] = ()) -> Callable:
+        """`jax.jit(fn)`, with the op's compiler options for calls outside any trace, and its
+        executables kept on disk when jax's persistent cache is on (`persistent.py`)."""
         plain = jax.jit(fn, donate_argnums=donate)
         options = self.options(key)
+        if self.persist is not None:
+            kept = persistent.wrap(fn, plain, (*self.persist, *variant), key, options, donate)
+            if kept is not None:
+                return kept
         if options is None:
             return plain
         return _Tuned(jax.jit(fn, donate_argnums=donate, compiler_options=options), plain)
@@ -107,7 +116,8 @@ class Op:
         """
         fn = self._bwd.get((key, mask))
         if fn is None:
-            fn = self._bwd[(key, mask)] = self._jit(make_vjp(self, dict(key), mask), key)
+            fn = self._bwd[(key, mask)] = self._jit(make_vjp(self, dict(key), mask), key,
+                                                    ("vjp", mask))
         return fn
 
 

@@ -1,5 +1,6 @@
 """`partial.set_cache_dir` and `PARTIAL_CACHE_DIR`: a second process loads what the first one
-compiled (segments and eager ops), counted by jax's own monitoring events. Each process is a
+compiled (segments from jax's cache, built-in eager ops from `eager`'s folder of it, by a key
+made before tracing), counted by jax's monitoring events and `eager`'s own. Each process is a
 fresh interpreter, since the cache is about what a new process has to compile."""
 
 import json
@@ -47,6 +48,7 @@ print(json.dumps({k: v - before.get(k, 0) for k, v in counts.items()}))
 """
 
 PREFIX = "/jax/compilation_cache/"
+EAGER_HITS = "/eager/persistent_cache/hits"
 
 
 def run(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -67,14 +69,20 @@ def test_a_second_process_loads_the_step_from_the_cache(tmp_path):
     first = step_events(str(cache))  # set_cache_dir, after jax has compiled an eager op
     assert first.get("cache_hits", 0) == 0
     assert first["cache_misses"] == first["compile_requests_use_cache"] > 0
-    files = sorted(p.name for p in cache.iterdir())
+    assert EAGER_HITS not in first
+    files = sorted(p.name for p in cache.iterdir() if p.is_file())
     # the segment's forward and backward executables and the eager ops, however small
     assert any("forward" in f for f in files) and any("backward" in f for f in files), files
     assert len(files) == first["cache_misses"]
+    # the eager ops' executables once more, keyed by op, attributes and argument types
+    eager_ops = list((cache / "eager-ops").iterdir())
+    assert eager_ops and all(p.suffix == ".bin" for p in eager_ops)
 
     second = step_events(env={"PARTIAL_CACHE_DIR": str(cache)})  # the environment variable
-    assert second.get("cache_misses", 0) == 0
-    assert second["cache_hits"] == first["cache_misses"]
+    assert second.get("cache_misses", 0) == 0  # nothing compiled anew
+    # every eager op stored is loaded without tracing; jax's cache sees the segment's programs
+    assert second[EAGER_HITS] == len(eager_ops)
+    assert second["cache_hits"] >= 2
 
 
 SWITCH = """
