@@ -23,6 +23,7 @@ def test_the_partial_mode_reaches_95_percent_test_accuracy(data):
     assert model.features.cache_info().captures == 2  # train mode, then eval for accuracy
 
 
+@pytest.mark.slow
 def test_the_dynamic_head_trains_the_compiled_backbone_like_eager(data):
     losses = {}
     for mode in ("eager", "partial"):

@@ -336,6 +336,7 @@ def test_composite_gradients_by_finite_differences(name, x64, rng):
     fd_check(fn, [_r(rng, *s) for s in shapes])
 
 
+@pytest.mark.slow
 def test_multi_head_attention_by_finite_differences(x64, rng):
     mha = M.MultiHeadAttention(6, 2, batch_first=True)
     for _, p in mha.named_parameters():

@@ -2,6 +2,7 @@
 (with new data, a new learning rate, new dropout masks) add no jit cache entries."""
 
 import numpy as np
+import pytest
 
 import eager as eg
 import eager.functional as F
@@ -16,6 +17,7 @@ def _traces() -> int:
                for fn in (*op._fwd.values(), *op._bwd.values()))
 
 
+@pytest.mark.slow
 def test_training_steps_after_the_first_do_not_trace(rng):
     net = M.Sequential(M.Conv2d(2, 4, 3, padding=1), M.BatchNorm2d(4), M.ReLU(), M.Flatten(),
                        M.Dropout(0.2), M.Linear(4 * 6 * 6, 3))

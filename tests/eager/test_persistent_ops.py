@@ -210,6 +210,7 @@ print(len(loads))
 """
 
 
+@pytest.mark.slow
 def test_a_second_process_trains_bit_for_bit_as_the_first(tmp_path):
     """Conv, batch norm, a ragged selection, Adam: filled by one process, loaded by the next."""
     runs = [subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], cwd=ROOT,

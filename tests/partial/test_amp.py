@@ -147,6 +147,7 @@ def test_autocast_state_is_part_of_the_guard_key(compile):
     assert f.cache_info().captures == 3
 
 
+@pytest.mark.slow
 def test_a_convolution_region_under_autocast_trains_like_eager():
     def build(wrap):
         net = M.Sequential(M.Conv2d(2, 4, 3, padding=1, bias=False), M.BatchNorm2d(4), M.ReLU(),

@@ -204,6 +204,7 @@ def _transposed_shapes(fn, *args):
     return found
 
 
+@pytest.mark.slow
 def test_channels_last_keeps_activations_channels_last_between_convolutions():
     # BatchNorm's per-channel (1, C, 1, 1) statistics and affine broadcast against the NCHW
     # activations, and pooling: the activations stay channels-last through them (gradients

@@ -97,6 +97,7 @@ def test_an_mlp_round_trips_in_a_fresh_process(tmp_path, rng):
                                                        "2.bias"]
 
 
+@pytest.mark.slow
 def test_a_cnn_with_batchnorm_in_eval_mode_round_trips_in_a_fresh_process(tmp_path, rng):
     net = CNN()
     for _ in range(3):  # running statistics other than the initial ones

@@ -80,6 +80,7 @@ def _close(got: dict, want: dict) -> None:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.slow
 def test_compiled_callbacks_train_as_eager_and_run_their_python_once():
     want, eager_calls = _train("eager")
     got, calls = _train("compiled")

@@ -187,6 +187,7 @@ def test_an_xla_trace_step_breaking_after_backward_runs_its_python_once(caplog):
     assert "ran twice" not in caplog.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pattern", ["accumulate", "two steps", "two managers"])
 def test_a_step_with_several_backwards_before_its_break_runs_its_python_once(pattern, caplog):
     """Gradient accumulation over micro-batches, or several optimizer steps in one call: every

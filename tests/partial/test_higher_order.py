@@ -37,6 +37,7 @@ def _train(mode: str, steps: int = 3):
     return losses, net.state_dict(), opt.state_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["partial_trace", "xla_trace"])
 def test_gradient_penalty_training_equals_eager(mode):
     losses, params, state = _train(mode)

@@ -362,6 +362,7 @@ def test_training_survives_keyboard_interrupts_at_random_moments(mode, optimizer
 TRIES = 3
 
 
+@pytest.mark.slow
 def test_an_interrupt_while_the_step_is_captured_and_compiled_loses_nothing():
     # "At any moment" includes the first call: capture, compilation and the first run. After
     # cache_clear() every call is a first call; the interrupts are spread over one. (xla_trace

@@ -4,6 +4,7 @@ gradients (of a parameter, a closed-over tensor and an attached argument)."""
 import functools as ft
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,6 +61,7 @@ step = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, derandomize=True)
 @given(steps=st.lists(step, min_size=1, max_size=6), seed=st.integers(0, 2**16))
 def test_random_programs_compile_to_the_same_values_and_gradients(steps, seed):

@@ -50,6 +50,7 @@ def _check(got, want):
                                    err_msg=f"output {i} ({(REGION_SAFE + ['dense'] * 99)[i]})")
 
 
+@pytest.mark.slow
 def test_xla_trace_selections_compile_once_and_equal_eager():
     x, w = eg.Parameter(np.zeros((N, D), np.float32)), eg.Parameter(np.zeros((D, D), np.float32))
     gm = GradManager().attach([x, w])
@@ -74,6 +75,7 @@ def test_xla_trace_selections_compile_once_and_equal_eager():
     assert step.cache_info().captures == 1  # one executable for every count
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("graph_breaks", [False, True])
 def test_partial_trace_selection_equals_eager(graph_breaks):
     x, w = eg.Parameter(np.zeros((N, D), np.float32)), eg.Parameter(np.zeros((D, D), np.float32))

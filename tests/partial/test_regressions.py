@@ -97,6 +97,7 @@ def test_equal_plain_values_reuse_the_entry_and_new_callables_recapture():
     assert f.cache_info().captures == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("whole_step", [False, True], ids=["partial_trace", "xla_trace"])
 def test_a_replaced_momentum_buffer_is_the_one_used_and_updated(whole_step):
     def build(wrap):

@@ -116,6 +116,7 @@ def test_gradient_manager_callbacks_scale_and_clip_like_eager():
     check_against_eager(build, steps=3, compile=_xla)
 
 
+@pytest.mark.slow
 def test_dropout_in_the_step_is_bit_identical_and_differs_between_steps():
     def build(wrap):
         net = M.Sequential(M.Linear(6, 32), M.Dropout(0.5), M.ReLU(), M.Linear(32, 1))

@@ -51,6 +51,7 @@ def test_children_run_without_a_persistent_cache(monkeypatch):
     assert ds.child_env(cache=True)["JAX_ENABLE_COMPILATION_CACHE"] == "true"
 
 
+@pytest.mark.slow
 def test_child_prints_one_json_result_line(capsys, monkeypatch):
     cache = []  # a child sets the process's cache up: not this test worker's
     monkeypatch.setattr(ds, "configure_cache", cache.append)

@@ -36,6 +36,7 @@ PARAM_ATOL = {"mlp": 1e-6, "cnn": 2e-5, "gpt": 5e-5}
 UPDATE_RTOL = {"mlp": 1e-4, "cnn": 2e-2, "gpt": 2e-2}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_eager_model_has_the_spec_names_and_counts(name):
     model = build_model(name)
