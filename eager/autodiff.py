@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -25,6 +27,12 @@ import numpy as np
 from . import context, higher_order, hooks, tape
 from .errors import AttachError, BackwardError
 from .tensors import Tensor, _wrap, read
+
+# Per thread: when each manager recording now began (a number that only grows). MegEngine nests
+# managers by that order: a manager's backward is recorded by the ones that began before it.
+_OPEN: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
+    "eager_open_managers", default=())
+_starts = itertools.count()
 
 Callback = Callable[[Tensor, Tensor], Tensor]
 
@@ -77,6 +85,7 @@ class GradManager:
         self._attached: dict[int, tuple[weakref.ref, list[Callback]]] = {}
         self._tracking: list[weakref.ref] = []  # the tensors record() marked, for release()
         self._recording = False
+        self._start = -1  # when it last began recording (see `_OPEN`)
         self._freed_by_backward = False
         self._version = 0  # moves on every attach (and death)
         if (h := context.current()) is not None:
@@ -149,6 +158,8 @@ class GradManager:
         with context.atomic():  # a Ctrl-C lands before or after, never half-way
             self._recording = True
             self._freed_by_backward = False
+            self._start = next(_starts)
+            _OPEN.set((*_OPEN.get(), self._start))
             tape.change(recording=1)
             self._tracking = [weakref.ref(t) for t, _ in self._entries() if _wants_grad(t)]
             for ref in self._tracking:
@@ -162,6 +173,7 @@ class GradManager:
             return
         with context.atomic():
             self._recording = False
+            _OPEN.set(tuple(s for s in _OPEN.get() if s != self._start))
             tape.change(recording=-1)
             for ref in self._tracking:
                 if (t := ref()) is not None:
@@ -182,6 +194,10 @@ class GradManager:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+    def __or__(self, other: GradManager | GradManagerGroup) -> GradManagerGroup:
+        """`gm1 | gm2`: a group whose `with` records both (MegEngine's GradManagerGroup)."""
+        return GradManagerGroup([self]).merge_with(other)
 
     def backward(self, y: Tensor | Sequence[Tensor] | None = None,
                  dy: Tensor | Sequence[Tensor] | None = None) -> None:
@@ -210,7 +226,11 @@ class GradManager:
         try:
             cts = [self._cotangent(t, dys[i] if dys else None) for i, t in enumerate(ys)]
             if self._nested():
-                leaves = higher_order.backward(ys, [_wrap(c) for c in cts])
+                # a `dy` tensor keeps its history, so an outer manager differentiates through
+                # it too (MegEngine's forward-mode emulation: d(x.grad)/d(dy))
+                cts = [dys[i].reshape(ys[i].shape) if dys and isinstance(dys[i], Tensor)
+                       else _wrap(c) for i, c in enumerate(cts)]
+                leaves = higher_order.backward(ys, cts)
             else:
                 leaves = tape.backward(ys, cts, manager=self)
             self._accumulate(leaves)
@@ -219,10 +239,12 @@ class GradManager:
             self._freed_by_backward = True
 
     def _nested(self) -> bool:
-        """Another manager records in this thread (MegEngine's nested GradManagers): this
-        backward is recorded too, so the outer one can differentiate the gradients."""
-        recording, paused = tape.state()
-        return recording > 1 and not paused
+        """A manager that began recording before this one still records in this thread
+        (MegEngine's nested GradManagers): this backward is recorded too, so that outer one can
+        differentiate the gradients. A manager that began later does not see it."""
+        if tape.state()[1]:
+            return False
+        return any(start < self._start for start in _OPEN.get())
 
     @staticmethod
     def _cotangent(y: Tensor, dy: Any) -> Any:
@@ -240,7 +262,9 @@ class GradManager:
             return jnp.ones(y.shape, y.dtype)  # in a capture: part of the traced program
         ct = read(dy) if isinstance(dy, Tensor) else jnp.asarray(np.asarray(dy), y.dtype)
         if tuple(ct.shape) != y.shape:
-            raise ValueError(f"dy has shape {tuple(ct.shape)} but y has shape {y.shape}")
+            if ct.size != y.size:
+                raise ValueError(f"dy has shape {tuple(ct.shape)} but y has shape {y.shape}")
+            ct = ct.reshape(y.shape)  # as MegEngine: a (1,) dy for a scalar y
         return ct
 
     def _accumulate(self, leaves: dict[int, list]) -> None:
@@ -268,6 +292,42 @@ class GradManager:
                 with no_grad():
                     grad = old + grad
             t.grad = grad
+
+
+class GradManagerGroup:
+    """Managers that record together: `with gm1 | gm2:` enters them in order (each then
+    backwards on its own, `gm1.backward(y)`, `gm2.backward(y)`) and releases them in reverse."""
+
+    def __init__(self, managers: Iterable[GradManager]) -> None:
+        self._gms: list[GradManager] = list(managers)
+
+    def merge_with(self, other: GradManager | GradManagerGroup) -> GradManagerGroup:
+        """This group with `other`'s managers appended (itself, as MegEngine's)."""
+        more = other._gms if isinstance(other, GradManagerGroup) else [other]
+        for gm in more:
+            if not isinstance(gm, GradManager):
+                raise TypeError(f"only GradManagers join a group, got {type(gm).__name__}")
+            if all(gm is not have for have in self._gms):
+                self._gms.append(gm)
+        return self
+
+    __or__ = merge_with
+
+    def __enter__(self) -> GradManagerGroup:
+        entered = []
+        try:
+            for gm in self._gms:
+                gm.__enter__()
+                entered.append(gm)
+        except BaseException:
+            for gm in reversed(entered):
+                gm.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for gm in reversed(self._gms):
+            gm.release()
 
 
 class Function:
@@ -336,4 +396,4 @@ def _one(shape: tuple, dtype: Any) -> Any:
     return one
 
 
-__all__ = ["GradManager", "Function", "no_grad"]
+__all__ = ["GradManager", "GradManagerGroup", "Function", "no_grad"]

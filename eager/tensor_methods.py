@@ -29,7 +29,7 @@ import numpy as np
 
 from . import device as _device
 from . import tape
-from .errors import OpTypeError
+from .errors import OpArgumentError, OpIndexError, OpTypeError
 from .op_errors import bad_argument
 
 
@@ -133,7 +133,15 @@ class TensorMethods:
         """Axes `start_axis`..`end_axis` merged into one."""
         if not self.ndim:
             return self.reshape(1)
-        s, e = start_axis % self.ndim, end_axis % self.ndim
+        n = self.ndim
+        for name, axis in (("start_axis", start_axis), ("end_axis", end_axis)):
+            if not -n <= axis < n:
+                raise OpIndexError(f"flatten: {name}={axis} is out of range for a {n}-d tensor "
+                                   f"of shape {self.shape}; it must lie in [{-n}, {n - 1}].")
+        s, e = start_axis % n, end_axis % n
+        if s > e:
+            raise OpArgumentError(f"flatten: start_axis={start_axis} comes after end_axis="
+                                  f"{end_axis} for a {n}-d tensor of shape {self.shape}.")
         return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
 
     @property

@@ -212,6 +212,12 @@ class Tensor(TensorMethods):
         return apply(OPS["reshape"], self, shape=_shape_arg(shape))
 
     def transpose(self, *axes: Any) -> Tensor:
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        new = [i for i, a in enumerate(axes) if isinstance(a, str) and a == "x"]
+        if new:  # MegEngine's "x": a new axis of length 1 at that place of the result
+            moved = self.transpose(*[a for a in axes if not (isinstance(a, str) and a == "x")])
+            return apply(OPS["expand_dims"], moved, axis=tuple(new))
         axes = _shape_arg(axes) or tuple(reversed(range(self.ndim)))
         return apply(OPS["transpose"], self, axes=axes)
 

@@ -297,14 +297,27 @@ def _softmax_axis(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
-def softmax(x: Any, axis: int | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) along `axis` (MegEngine's default axis when None)."""
-    return apply(OPS["softmax"], x, axis=_softmax_axis(x.ndim) if axis is None else int(axis))
+def _softmax_axes(x: Any, axis: int | Sequence[int] | None) -> int | tuple[int, ...]:
+    """MegEngine's default axis when None; an int; or several axes normalized together."""
+    if axis is None:
+        return _softmax_axis(x.ndim)
+    if isinstance(axis, (list, tuple)):
+        return tuple(int(a) for a in axis)
+    return int(axis)
 
 
-def log_softmax(x: Any, axis: int | None = None) -> Tensor:
-    """log(softmax(x)) computed stably."""
-    return apply(OPS["log_softmax"], x, axis=_softmax_axis(x.ndim) if axis is None else int(axis))
+def softmax(x: Any, axis: int | Sequence[int] | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis`: an int, several axes (normalized over all of them
+    together), or None for MegEngine's default axis."""
+    return apply(OPS["softmax"], x, axis=_softmax_axes(x, axis))
+
+
+def log_softmax(x: Any, axis: int | Sequence[int] | None = None) -> Tensor:
+    """log(softmax(x)) computed stably; `logsoftmax` is MegEngine's spelling."""
+    return apply(OPS["log_softmax"], x, axis=_softmax_axes(x, axis))
+
+
+logsoftmax = log_softmax
 
 
 def scaled_dot_product_attention(q: Any, k: Any, v: Any, attn_mask: Any = None,
@@ -330,5 +343,6 @@ def scaled_dot_product_attention(q: Any, k: Any, v: Any, attn_mask: Any = None,
 __all__ = [
     "matmul", "einsum", "interpolate", "linear", "conv1d", "conv2d", "conv_transpose2d",
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm", "layer_norm", "group_norm",
-    "dropout", "embedding", "softmax", "log_softmax", "scaled_dot_product_attention",
+    "dropout", "embedding", "softmax", "log_softmax", "logsoftmax",
+    "scaled_dot_product_attention",
 ]

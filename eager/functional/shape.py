@@ -30,8 +30,10 @@ def flatten(x: Any, start_axis: int = 0, end_axis: int = -1) -> Tensor:
     return _t(x).flatten(start_axis, end_axis)
 
 
-def transpose(x: Any, pattern: Sequence[int]) -> Tensor:
-    """Permute the axes of `x` by `pattern`."""
+def transpose(x: Any, pattern: Sequence[int | str]) -> Tensor:
+    """Permute the axes of `x` by `pattern`; an `"x"` in it inserts an axis of length 1 there
+    (MegEngine's broadcastable axis): `transpose(x, ("x", 1, 0))` of a (2, 3) tensor is
+    (1, 3, 2)."""
     return _t(x).transpose(*pattern)
 
 
@@ -62,15 +64,17 @@ def stack(inps: Sequence[Any], axis: int = 0) -> Tensor:
 
 
 def split(x: Any, nsplits_or_sections: int | Sequence[int], axis: int = 0) -> list[Tensor]:
-    """Split into `n` equal parts (an int) or at the given indices (a list), as MegEngine."""
+    """Split into `n` parts (an int: equal, or the first ones one longer when `n` does not
+    divide the axis) or at the given indices (a list), as MegEngine."""
     x = _t(x)
     if isinstance(nsplits_or_sections, (int, np.integer)):
-        n = int(nsplits_or_sections)
-        if n < 1 or x.shape[axis] % n:
-            raise bad_argument(f"split: axis {axis} of size {x.shape[axis]} is not divisible "
-                               f"into {n} parts (a count >= 1).")
-        size = x.shape[axis] // n
-        indices = tuple(size * i for i in range(1, n))
+        n, total = int(nsplits_or_sections), x.shape[axis]
+        if not 1 <= n <= total:
+            raise bad_argument(f"split: axis {axis} of size {total} cannot be split into {n} "
+                               f"parts (a count in [1, {total}]).")
+        # as MegEngine: the first `total % n` parts are one longer (7 into 3: 3, 2, 2)
+        sizes = [total // n + (i < total % n) for i in range(n)]
+        indices = tuple(int(i) for i in np.cumsum(sizes)[:-1])
     else:
         indices = tuple(int(i) for i in nsplits_or_sections)
     return list(apply(OPS["split"], x, indices=indices, axis=int(axis)))
@@ -89,24 +93,31 @@ def repeat(x: Any, repeats: int, axis: int | None = None) -> Tensor:
 
 
 def gather(x: Any, axis: int, index: Any) -> Tensor:
-    """out[i][j] = x[index[i][j]][j] for axis 0 (PyTorch's gather). An index outside
+    """out[i][j] = x[index[i][j]][j] for axis 0 (PyTorch's gather); a negative axis counts from
+    the last. An index outside
     [0, x.shape[axis]) raises `OpIndexError` in eager code (in a compiled region: nan)."""
-    _check_along(x, int(axis), index, "gather")
-    return apply(OPS["gather"], x, index, axis=int(axis))
+    x = _t(x)
+    axis = _axis("gather", x, axis)
+    _check_along(x, axis, index, "gather")
+    return apply(OPS["gather"], x, index, axis=axis)
 
 
 def scatter(x: Any, axis: int, index: Any, source: Any) -> Tensor:
     """A copy of x with out[index[i][j]][j] = source[i][j] for axis 0 (PyTorch's scatter). An
     index out of range raises `OpIndexError` in eager code (in a compiled region: no write)."""
-    _check_along(x, int(axis), index, "scatter")
-    return apply(OPS["scatter"], x, index, source, axis=int(axis))
+    x = _t(x)
+    axis = _axis("scatter", x, axis)
+    _check_along(x, axis, index, "scatter")
+    return apply(OPS["scatter"], x, index, source, axis=axis)
 
 
 def indexing_one_hot(src: Any, index: Any, axis: int = 1, keepdims: bool = False) -> Tensor:
     """Pick, along `axis`, the element at `index` (one per position): src[i, index[i]]. An
     index out of range raises `OpIndexError` in eager code (in a compiled region: nan)."""
-    _check_along(src, int(axis), index, "indexing_one_hot")
-    return apply(OPS["indexing_one_hot"], src, index, axis=int(axis), keepdims=keepdims)
+    src = _t(src)
+    axis = _axis("indexing_one_hot", src, axis)
+    _check_along(src, axis, index, "indexing_one_hot")
+    return apply(OPS["indexing_one_hot"], src, index, axis=axis, keepdims=keepdims)
 
 
 def _check_along(x: Any, axis: int, index: Any, fn: str) -> None:
@@ -123,11 +134,15 @@ def copy(x: Any, device: Any = None) -> Tensor:
 
 
 def one_hot(x: Any, num_classes: int, dtype: Any = "float32") -> Tensor:
-    """One-hot encoding of integer `x` along a new last axis."""
+    """One-hot encoding of integer `x` along a new last axis. A label outside
+    [0, num_classes) raises `OpIndexError` in eager code (MegEngine aborts); in a compiled
+    region its row is all zeros."""
     kind = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
     if kind.kind not in "iu":
         raise bad_argument(f"one_hot: x must hold integer class indices, got dtype {kind}; "
                            "convert it with .astype('int32').", OpTypeError)
+    if int(num_classes) > 0:  # else the op says what is wrong with num_classes
+        check_range("one_hot", x, int(num_classes), "label", size=f"{int(num_classes)} classes")
     return apply(OPS["one_hot"], x, num_classes=int(num_classes), dtype=np.dtype(dtype))
 
 
@@ -137,9 +152,12 @@ _PAD_MODES = {"constant": "constant", "edge": "edge", "replicate": "edge", "refl
 
 def pad(x: Any, pad_width: Sequence[Sequence[int]], mode: str = "constant",
         constant_value: float = 0.0) -> Tensor:
-    """Pad with (before, after) widths per axis; modes constant, edge/replicate, reflect."""
-    if mode not in _PAD_MODES:
-        raise bad_argument(f"pad: unknown mode {mode!r}; use one of {sorted(_PAD_MODES)}.")
+    """Pad with (before, after) widths per axis; modes constant, edge/replicate, reflect,
+    symmetric, in either case (MegEngine writes "CONSTANT")."""
+    if not isinstance(mode, str) or mode.lower() not in _PAD_MODES:
+        raise bad_argument(f"pad: unknown mode {mode!r}; use one of {sorted(_PAD_MODES)} "
+                           "(in either case).")
+    mode = mode.lower()
     widths = tuple((int(a), int(b)) for a, b in pad_width)
     return apply(OPS["pad"], x, pad_width=widths, mode=_PAD_MODES[mode],
                  constant_value=number(constant_value, "constant_value"))
@@ -172,15 +190,16 @@ def argsort(x: Any, descending: bool = False) -> Tensor:
     return apply(OPS["argsort"], x, descending=bool(descending))
 
 
-def topk(x: Any, k: int, descending: bool = False, kth_only: bool = False,
+def topk(x: Any, k: int, descending: bool = True, kth_only: bool = False,
          no_sort: bool = False) -> tuple[Tensor, Tensor]:
-    """(values, int32 indices) of the `k` smallest entries along the last axis (the largest with
-    `descending=True`), in order, as MegEngine. With `kth_only` only the k-th one: the last axis
-    is dropped. `no_sort` allows any order; the result here is always sorted.
+    """(values, int32 indices) of the `k` largest entries along the last axis (the smallest with
+    `descending=False`), in order; MegEngine's default is descending too. With `kth_only` only
+    the k-th one: the last axis is dropped. `no_sort` allows any order; the result here is
+    always sorted.
 
     >>> import eager as eg, eager.functional as F
     >>> [t.numpy().tolist() for t in F.topk(eg.tensor([2.0, 4.0, 1.0, 3.0]), 2)]
-    [[1.0, 2.0], [2, 0]]
+    [[4.0, 3.0], [1, 3]]
     """
     x = _t(x)
     n = _last_axis("topk", x)

@@ -142,10 +142,16 @@ class _BatchNorm(Module):
         return y.astype(dtype) if low else y
 
     def _tracking(self) -> bool:
-        """Whether this call uses and updates running statistics: the flag as it is now, and
-        buffers to hold them (a module built without them has none)."""
-        return bool(self.track_running_stats) and self.running_mean is not None \
-            and self.running_var is not None
+        """Whether this call uses and updates running statistics: the flag as it is now. A
+        module built without them has no buffers to track them in (MegEngine refuses too)."""
+        if not self.track_running_stats:
+            return False
+        if self.running_mean is None or self.running_var is None:
+            raise OpArgumentError(
+                f"{type(self).__name__} was built with track_running_stats=False, so it has no "
+                "running statistics to track; build it with track_running_stats=True (or set "
+                "running_mean and running_var first)")
+        return True
 
     def _normalize(self, x: Tensor) -> Tensor:
         track = self._tracking()

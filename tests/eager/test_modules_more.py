@@ -16,6 +16,7 @@ import eager as eg
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
+from eager.errors import OpArgumentError
 from tests.partial.differential import World, check_against_eager
 
 RNN_TOL = dict(rtol=2e-5, atol=2e-5)
@@ -322,6 +323,7 @@ def _load_random(layer, rng):
 
 
 # ----- recurrent layers: cells ------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("cls, mode, gates, bias", [
     (M.RNNCell, "tanh", 1, True), (M.LSTMCell, "LSTM", 4, True), (M.GRUCell, "GRU", 3, False)])
 def test_cells_over_several_steps(rng, cls, mode, gates, bias):
@@ -448,6 +450,7 @@ def test_dropout_between_layers_only_in_training(rng):
     np.testing.assert_allclose(lstm(x)[0].numpy(), plain(x)[0].numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_lstm_and_gru_compiled_equal_eager():
     """An LSTM feeding a GRU inside one `partial_trace` region trains like eager: outputs, final
     states, gradients and parameters over steps."""
@@ -559,13 +562,16 @@ def test_batchnorm_track_running_stats_read_at_call_time(rng, cls):
     assert not np.allclose(bn.running_mean.numpy(), mean)
 
 
-def test_batchnorm_turning_tracking_on_without_buffers_uses_batch_stats(rng):
+def test_batchnorm_turning_tracking_on_without_buffers_is_an_error(rng):
+    """It used to fall back to batch statistics silently; MegEngine refuses it, so do we."""
     bn = M.BatchNorm2d(3, track_running_stats=False)
-    bn.track_running_stats = True
     x = _f32(rng, 4, 3, 2, 2)
-    for mode in (True, False):
+    for mode in (True, False):  # off: batch statistics in training and in eval
         np.testing.assert_allclose(bn.train(mode)(eg.tensor(x)).numpy(), _bn_ref(x, (0, 2, 3)),
                                    atol=1e-5)
+    bn.track_running_stats = True
+    with pytest.raises(OpArgumentError, match="built with track_running_stats=False"):
+        bn(eg.tensor(x))
     assert bn.running_mean is None and bn.buffers() == []
 
 

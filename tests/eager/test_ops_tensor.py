@@ -86,12 +86,14 @@ def test_topk_integers_at_the_extremes_of_their_range(dtype, descending):
 
 def test_topk_megengine_example_and_functional_forms():
     x = eg.tensor(np.array([2, 4, 6, 8, 7, 5, 3, 1], np.float32))
-    top, idx = F.topk(x, 5)
+    top, idx = F.topk(x, 5, descending=False)
     assert top.numpy().tolist() == [1, 2, 3, 4, 5] and idx.numpy().tolist() == [7, 0, 6, 1, 5]
+    top, idx = F.topk(x, 2)  # MegEngine's default: the largest
+    assert top.numpy().tolist() == [8, 7] and idx.numpy().tolist() == [3, 4]
     assert idx.dtype == np.int32
     kth, at = F.topk(x, 3, descending=True, kth_only=True)
     assert (kth.shape, kth.item(), at.item()) == ((), 6.0, 2)
-    values, _ = F.topk(x, 3, no_sort=True)
+    values, _ = F.topk(x, 3, descending=False, no_sort=True)
     assert sorted(values.numpy().tolist()) == [1, 2, 3]
     v, i = F.sort(eg.tensor([[3.0, 1.0, 2.0]]), descending=True)
     assert v.numpy().tolist() == [[3, 2, 1]] and i.numpy().tolist() == [[0, 2, 1]]
@@ -227,6 +229,7 @@ def test_any_and_all(shape, seed, keepdims, data, dtype):
         assert_close(got, ref(x, axis=axis, keepdims=keepdims), 0, 0, f"Tensor.{name}")
 
 
+@pytest.mark.slow
 @FAST
 @given(shape=shapes, seed=st.integers(0, 2**16),
        dtype=st.sampled_from([np.float32, np.int32, np.bool_]))

@@ -150,6 +150,62 @@ def test_second_order_through_tanh():
     np.testing.assert_allclose(x.grad.numpy(), -2 * t * (1 - t ** 2), rtol=1e-5)
 
 
+def test_a_manager_entered_later_does_not_record_an_earlier_ones_backward():
+    """MegEngine nests by entry order: only managers that began recording before a backward's
+    manager record that backward (real MegEngine 1.13 gives x.grad = -sin(x) here)."""
+    a = np.array([0.5, 1.0, -2.0], np.float32)
+    x = mge.tensor(a)
+    gm, gm2 = GradManager().attach([x]), GradManager().attach([x])
+    with gm2, gm:
+        y = F.cos(x)
+        gm2.backward(y, F.ones_like(y))
+        assert gm._recording  # gm2's backward left gm recording
+        gm.backward(x.grad, F.ones_like(x))  # x.grad has no history in gm: nothing added
+    np.testing.assert_allclose(x.grad.numpy(), -np.sin(a), rtol=1e-6)
+
+
+def test_forward_mode_by_differentiating_the_backward_in_dy():
+    """d(x.grad)/d(dy) for x.grad = f'(x) * dy: the outer manager sees dy's use in the inner
+    backward (MegEngine's forward-mode emulation; real MegEngine gives -sin(x) for cos)."""
+    a = np.array([0.5, 1.0, -2.0], np.float32)
+    x = mge.tensor(a)
+    dy = F.ones_like(x) * 2.0
+    outer, inner = GradManager().attach([dy]), GradManager().attach([x])
+    with outer:
+        with inner:
+            y = F.cos(x)
+            inner.backward(y, dy)
+        outer.backward(x.grad, F.ones_like(x))
+    np.testing.assert_allclose(x.grad.numpy(), -2.0 * np.sin(a), rtol=1e-6)
+    np.testing.assert_allclose(dy.grad.numpy(), -np.sin(a), rtol=1e-6)
+
+
+def test_a_one_element_dy_weights_a_scalar_output():
+    x = mge.tensor([1.0, 2.0])
+    gm = GradManager().attach([x])
+    with gm:
+        gm.backward((x * x).sum(), mge.tensor([2.0]))  # MegEngine accepts the (1,) dy
+    np.testing.assert_allclose(x.grad.numpy(), [4.0, 8.0])
+    with pytest.raises(ValueError, match=r"dy has shape \(2,\) but y has shape \(\)"), gm:
+        gm.backward((x * x).sum(), mge.tensor([1.0, 1.0]))
+
+
+def test_managers_joined_by_or_record_together():
+    from eager.autodiff import GradManagerGroup
+
+    a, b = mge.tensor([1.0]), mge.tensor([3.0])
+    g1, g2 = GradManager().attach([a]), GradManager().attach([b])
+    group = g1 | g2
+    assert isinstance(group, GradManagerGroup) and (group | g1) is group  # no duplicates
+    with group:
+        assert g1._recording and g2._recording
+        g1.backward(a * b)
+        g2.backward(b * 2)
+    assert not g1._recording and not g2._recording
+    np.testing.assert_allclose(a.grad.numpy(), [3.0])
+    np.testing.assert_allclose(b.grad.numpy(), [2.0])
+
+
 class MySigmoid(Function):
     def forward(self, x):
         y = 1 / (1 + F.exp(-x))

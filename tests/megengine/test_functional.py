@@ -54,11 +54,13 @@ def test_reductions_and_statistics():
 
 
 def test_topk_documented_example():
+    """MegEngine's docstring example asks for the smallest; its default (1.13's signature and
+    behaviour) is `descending=True`, so ascending is spelled out here."""
     x = mge.tensor(np.array([2, 4, 6, 8, 7, 5, 3, 1], dtype=np.float32))
-    top, indices = F.topk(x, 5)
+    top, indices = F.topk(x, 5, descending=False)
     np.testing.assert_array_equal(top.numpy(), [1, 2, 3, 4, 5])
     np.testing.assert_array_equal(indices.numpy(), [7, 0, 6, 1, 5])
-    top, indices = F.topk(x, 3, descending=True)
+    top, indices = F.topk(x, 3)
     np.testing.assert_array_equal(top.numpy(), [8, 7, 6])
     np.testing.assert_array_equal(indices.numpy(), [3, 4, 2])
     kth, kidx = F.topk(x, 3, descending=True, kth_only=True)
@@ -264,3 +266,51 @@ def test_one_hot_needs_integer_classes_and_pooling_a_non_empty_output():
         F.one_hot(mge.tensor([1.5]), 3)
     with pytest.raises(ValueError, match="larger than the input's spatial size"):
         F.max_pool2d(mge.tensor(np.ones((1, 1, 2, 2), np.float32)), 3)
+
+
+@pytest.mark.parametrize("fn", ["gather", "scatter", "indexing_one_hot"])
+def test_a_negative_axis_is_the_axis_from_the_end(fn):
+    """`F.gather(x, -1, idx)` gave NaN for valid indices: the axis was not normalised."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    idx = np.array([[0, 3], [1, 2], [2, 0]], np.int32)
+    results = []
+    for axis in (1, -1):
+        x = mge.tensor(a)
+        gm = mge.autodiff.GradManager().attach([x])
+        with gm:
+            if fn == "gather":
+                y = F.gather(x, axis, mge.tensor(idx))
+            elif fn == "scatter":
+                y = F.scatter(x, axis, mge.tensor(idx), mge.tensor(np.ones((3, 2), np.float32)))
+            else:
+                y = F.indexing_one_hot(x, mge.tensor(idx[:, 0]), axis=axis)
+            gm.backward((y * y).sum())
+        results.append((y.numpy(), x.grad.numpy()))
+    assert np.isfinite(results[1][0]).all()
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_array_equal(got, want)
+    if fn == "gather":
+        np.testing.assert_array_equal(results[1][0], np.take_along_axis(a, idx, axis=1))
+
+
+def test_one_hot_of_a_label_out_of_range_is_an_index_error():
+    from eager.errors import OpIndexError
+
+    with pytest.raises(OpIndexError, match=r"one_hot: label 5 is out of range for 3 classes"):
+        F.one_hot(mge.tensor(np.array([0, 5], np.int32)), 3)
+    with pytest.raises(OpIndexError, match="label -1"):
+        F.one_hot(mge.tensor(np.array([-1, 0], np.int32)), 3)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((3,), r"flatten: start_axis=3 is out of range for a 2-d tensor"),
+    ((0, -3), r"flatten: end_axis=-3 is out of range"),
+    ((1, 0), r"flatten: start_axis=1 comes after end_axis=0"),
+])
+def test_flatten_axes_out_of_range_are_clear_errors(args, match):
+    from eager.errors import OpArgumentError
+
+    with pytest.raises(OpArgumentError, match=match):
+        F.flatten(mge.tensor(np.ones((3, 4), np.float32)), *args)
+    assert F.flatten(mge.tensor(np.ones((2, 3, 4), np.float32)), -2).shape == (2, 12)

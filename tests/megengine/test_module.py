@@ -146,3 +146,15 @@ def test_zero_grad_clears_parameter_grads():
     lin.zero_grad()
     for p in lin.parameters():
         assert p.grad is None or not p.grad.numpy().any()
+
+
+def test_batchnorm_built_without_statistics_cannot_start_tracking_later():
+    """MegEngine refuses it too; silently tracking nothing hid the mistake."""
+    from eager.errors import OpArgumentError
+
+    bn = M.BatchNorm2d(3, track_running_stats=False)
+    x = mge.tensor(np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32))
+    bn(x)
+    bn.track_running_stats = True
+    with pytest.raises(OpArgumentError, match="built with track_running_stats=False"):
+        bn(x)
