@@ -17,7 +17,8 @@ counters can count a load as jax counts one of its own cache.
 Only what the key describes exactly is kept: ops that `eager` itself registers (an op a user
 defines may close over anything), attributes of plain values (numbers, strings, dtypes, tuples
 of them), arguments that are concrete arrays, numpy values or Python scalars, and processes with
-one device. Everything else runs through the op's plain `jax.jit`, as it does with the cache off.
+one device that run alone (not a rank of `jax.distributed`). Everything else runs through the
+op's plain `jax.jit`, as it does with the cache off.
 An entry that cannot be read is removed, and the program compiled anew (or loaded from jax's
 cache). Like jax's cache, the directory is trusted: keep it private.
 """
@@ -71,7 +72,7 @@ def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict 
     """The op function `fn` with static attributes `key` as an eager call runs it: through the
     disk cache, with `plain` (its `jax.jit`) for calls in a trace. None when the cache is off
     or cannot key this program: the caller keeps its plain jit."""
-    if _trace_context is None or cache_dir() is None or jax.local_device_count() != 1:
+    if _trace_context is None or cache_dir() is None or not _one_device():
         return None
     if not _plain_value(key) or not _plain_value(options):
         return None
@@ -121,8 +122,8 @@ class Persistent:
         """The compiled program for `key` (trace settings, signature): from disk, or compiled
         now and stored."""
         folder = cache_dir()
-        if folder is None:
-            return self.jitted
+        if folder is None or not _one_device():  # e.g. jax.distributed started meanwhile
+            return self.plain
         context, signature = key
         # outside a trace its one unprintable part (the axis environment) is empty
         context = tuple(v if _plain_value(v) else type(v).__name__ for v in context)
@@ -159,6 +160,12 @@ class _JaxHits(threading.local):
 
 _jax_hits = _JaxHits()
 jax.monitoring.register_event_listener(_jax_hits.on_event)
+
+
+def _one_device() -> bool:
+    """Whether this process sees one device and is alone: an executable is built for its
+    devices, and the ranks of a distributed run (sharing a cache directory) have others."""
+    return jax.process_count() == 1 and jax.device_count() == 1
 
 
 def _signature(args: Any) -> tuple | None:
@@ -212,8 +219,8 @@ def _environment() -> str:
         device = jax.devices()[0]
         _ENVIRONMENT.append(repr((
             _FORMAT, jax.__version__, importlib.metadata.version("jaxlib"), device.platform,
-            device.device_kind, _cpu_flags(), platform.machine(), os.environ.get("XLA_FLAGS", ""),
-            source.hexdigest())))
+            device.device_kind, device.id, _cpu_flags(), platform.machine(),
+            os.environ.get("XLA_FLAGS", ""), source.hexdigest())))
     return _ENVIRONMENT[0]
 
 

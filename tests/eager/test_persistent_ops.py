@@ -154,6 +154,13 @@ def test_what_cannot_be_keyed_runs_through_the_plain_jit(cache):
     assert len(list(cache.iterdir())) == 1
 
 
+def test_ranks_of_a_distributed_run_keep_plain_jits(cache, monkeypatch):
+    """Ranks share the cache directory but not devices: an executable one rank stored would
+    address another's device."""
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    assert not isinstance(fresh_op().jitted((("a", 2.0),)), P.Persistent)
+
+
 def test_no_cache_directory_means_plain_jits():
     before = jax.config.jax_compilation_cache_dir
     partial.set_cache_dir(None)
