@@ -15,7 +15,9 @@ def blocks(page: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+# The guide's examples (~45 s: they train and compile) run in the slow set, which CI runs too.
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name == "guide.md"
+                                  else p for p in PAGES], ids=lambda p: p.name)
 def test_every_example_on_the_page_runs(page, capsys):
     code = blocks(page)
     assert code, f"{page.name} has no Python example"

@@ -560,7 +560,8 @@ def test_dropout_op():
     assert abs(keep.mean() - 0.7) < 0.05
 
 
-@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("reduction", ["mean", pytest.param("sum", marks=pytest.mark.slow),
+                                       pytest.param("none", marks=pytest.mark.slow)])
 def test_losses(reduction):
     rng = np.random.default_rng(16)
     logits = rng.standard_normal((6, 5, 2)).astype(np.float32)

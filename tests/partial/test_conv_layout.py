@@ -173,6 +173,7 @@ def _conv_args():
             jax.random.normal(keys[2], (4, 3, 3, 3)), jax.random.normal(keys[3], (5, 4, 3))]
 
 
+@pytest.mark.slow
 def test_channels_last_keeps_values_and_gradients():
     args = _conv_args()
     fn = channels_last(_convs, args)
