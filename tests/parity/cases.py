@@ -8,6 +8,10 @@ This file imports nothing of the project and runs on MegEngine's Python (3.10, n
 `@case(...)` options: `rtol` / `atol` for the float comparison; `megengine_aborts`: real
 MegEngine kills the process on this input (an assertion in its worker thread), so it is not run
 there and the case only has to raise here.
+
+Cases on other topics live in the `cases_*.py` files beside this one; they import `case` and
+the helpers from `parity_cases` (this module, under a name that is the same whether it was
+imported as a script's neighbour or as `tests.parity.cases`), and `load_all()` runs them.
 """
 
 from __future__ import annotations
@@ -29,11 +33,28 @@ def case(rtol: float = 1e-5, atol: float = 1e-6, megengine_aborts: bool = False)
     return register
 
 
-def _data(*shape: int, seed: int = 0) -> np.ndarray:
+def load_all() -> dict[str, Callable[[], dict]]:
+    """Every case: this file's and those of the `cases_*.py` files beside it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    sys.modules.setdefault("parity_cases", sys.modules[__name__])
+    for path in sorted(Path(__file__).parent.glob("cases_*.py")):
+        name = f"parity_{path.stem}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+    return CASES
+
+
+def data(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.RandomState(seed).standard_normal(shape).astype("float32")
 
 
-def _grads(fn: Callable, *arrays: np.ndarray) -> tuple[Any, list]:
+def grads(fn: Callable, *arrays: np.ndarray) -> tuple[Any, list]:
     """fn(*tensors) and the gradient of its sum with respect to every input."""
     import megengine as mge
     from megengine.autodiff import GradManager
@@ -53,7 +74,7 @@ def gather_negative_axis() -> dict:
     import megengine.functional as F
 
     idx = mge.tensor(np.array([[0, 3], [1, 2], [2, 0]], dtype="int32"))
-    y, (g,) = _grads(lambda x: F.gather(x, -1, idx), _data(3, 4))
+    y, (g,) = grads(lambda x: F.gather(x, -1, idx), data(3, 4))
     return {"y": y, "grad": g}
 
 
@@ -126,7 +147,7 @@ def flatten_axis_out_of_range_raises() -> dict:
     import megengine as mge
     import megengine.functional as F
 
-    return {"shape": list(F.flatten(mge.tensor(_data(3, 4)), 3).shape)}
+    return {"shape": list(F.flatten(mge.tensor(data(3, 4)), 3).shape)}
 
 
 @case(megengine_aborts=True)
@@ -144,7 +165,7 @@ def batchnorm_tracking_switched_on_later_raises() -> dict:
 
     bn = M.BatchNorm2d(3, track_running_stats=False)
     bn.track_running_stats = True
-    return {"y": bn(mge.tensor(_data(2, 3, 4, 4))).numpy()}
+    return {"y": bn(mge.tensor(data(2, 3, 4, 4))).numpy()}
 
 
 # ----- MegEngine code that failed here -----------------------------------------------------------
@@ -153,7 +174,7 @@ def logsoftmax_spelling() -> dict:
     import megengine as mge
     import megengine.functional as F
 
-    x = mge.tensor(_data(2, 3, 4))
+    x = mge.tensor(data(2, 3, 4))
     return {"F": F.logsoftmax(x, axis=1).numpy(), "F.nn": F.nn.logsoftmax(x, axis=2).numpy()}
 
 
@@ -181,7 +202,7 @@ def split_into_more_parts_than_elements_raises() -> dict:
 def softmax_over_several_axes() -> dict:
     import megengine.functional as F
 
-    y, (g,) = _grads(lambda x: F.softmax(x, axis=[0, 2]) * x, _data(2, 3, 4))
+    y, (g,) = grads(lambda x: F.softmax(x, axis=[0, 2]) * x, data(2, 3, 4))
     return {"y": y, "grad": g}
 
 
@@ -190,7 +211,7 @@ def transpose_with_new_axes() -> dict:
     import megengine as mge
     import megengine.functional as F
 
-    x = mge.tensor(_data(2, 3))
+    x = mge.tensor(data(2, 3))
     return {"x10": F.transpose(x, ("x", 1, 0)).numpy(), "1x0": F.transpose(x, (1, "x", 0)).numpy()}
 
 
@@ -242,7 +263,7 @@ def elementwise_values_and_grads() -> dict:
     out = {}
     for name, fn in {"exp": F.exp, "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu,
                      "gelu": F.gelu, "softplus": F.softplus, "abs": F.abs}.items():
-        y, (g,) = _grads(fn, _data(4, 5, seed=1))
+        y, (g,) = grads(fn, data(4, 5, seed=1))
         out[name], out[name + ".grad"] = y, g
     return out
 
@@ -259,7 +280,7 @@ def reductions_and_softmax() -> dict:
                      "softmax": lambda x: F.softmax(x, axis=1),
                      "logsumexp": lambda x: F.logsumexp(x, axis=1),
                      "norm": lambda x: F.norm(x, ord=2, axis=1)}.items():
-        y, (g,) = _grads(fn, _data(3, 6, seed=2))
+        y, (g,) = grads(fn, data(3, 6, seed=2))
         out[name], out[name + ".grad"] = y, g
     return out
 
@@ -269,14 +290,14 @@ def matmul_conv_pool() -> dict:
     import megengine.functional as F
 
     out = {}
-    y, gs = _grads(lambda a, b: F.matmul(a, b), _data(2, 3, 4), _data(2, 4, 5, seed=1))
+    y, gs = grads(lambda a, b: F.matmul(a, b), data(2, 3, 4), data(2, 4, 5, seed=1))
     out["matmul"], out["matmul.grads"] = y, gs
-    y, gs = _grads(lambda x, w: F.conv2d(x, w, stride=1, padding=1), _data(2, 3, 6, 6),
-                   _data(4, 3, 3, 3, seed=1))
+    y, gs = grads(lambda x, w: F.conv2d(x, w, stride=1, padding=1), data(2, 3, 6, 6),
+                   data(4, 3, 3, 3, seed=1))
     out["conv2d"], out["conv2d.grads"] = y, gs
-    y, (g,) = _grads(lambda x: F.max_pool2d(x, 2), _data(1, 2, 4, 4, seed=3))
+    y, (g,) = grads(lambda x: F.max_pool2d(x, 2), data(1, 2, 4, 4, seed=3))
     out["max_pool2d"], out["max_pool2d.grad"] = y, g
-    y, (g,) = _grads(lambda x: F.avg_pool2d(x, 2), _data(1, 2, 4, 4, seed=3))
+    y, (g,) = grads(lambda x: F.avg_pool2d(x, 2), data(1, 2, 4, 4, seed=3))
     out["avg_pool2d"], out["avg_pool2d.grad"] = y, g
     return out
 
@@ -288,15 +309,15 @@ def losses() -> dict:
 
     labels = mge.tensor(np.array([0, 2, 1, 2], dtype="int32"))
     out = {}
-    y, (g,) = _grads(lambda x: F.nn.cross_entropy(x, labels), _data(4, 3))
+    y, (g,) = grads(lambda x: F.nn.cross_entropy(x, labels), data(4, 3))
     out["cross_entropy"], out["cross_entropy.grad"] = y, g
-    target = mge.tensor(_data(4, 3, seed=5))
-    y, (g,) = _grads(lambda x: F.nn.square_loss(x, target), _data(4, 3))
+    target = mge.tensor(data(4, 3, seed=5))
+    y, (g,) = grads(lambda x: F.nn.square_loss(x, target), data(4, 3))
     out["square_loss"], out["square_loss.grad"] = y, g
-    y, (g,) = _grads(lambda x: F.nn.l1_loss(x, target), _data(4, 3))
+    y, (g,) = grads(lambda x: F.nn.l1_loss(x, target), data(4, 3))
     out["l1_loss"], out["l1_loss.grad"] = y, g
     prob = mge.tensor((np.arange(12).reshape(4, 3) % 2).astype("float32"))
-    y, (g,) = _grads(lambda x: F.nn.binary_cross_entropy(x, prob, with_logits=True), _data(4, 3))
+    y, (g,) = grads(lambda x: F.nn.binary_cross_entropy(x, prob, with_logits=True), data(4, 3))
     out["bce"], out["bce.grad"] = y, g
     return out
 

@@ -44,7 +44,7 @@ def run(side: str) -> dict[str, Any]:
 
         aliases.install()
     results = {}
-    for name, fn in cases.CASES.items():
+    for name, fn in cases.load_all().items():
         if side == "megengine" and cases.OPTIONS[name]["megengine_aborts"]:
             results[name] = {"raised": "process abort", "message": "not run: MegEngine aborts"}
             continue
