@@ -125,7 +125,7 @@ def _autocast_of(key: tuple) -> Any:
     """The autocast (`eager.amp`) the call that made guard key `key` ran under, if any (the
     key ends with `("autocast", dtype)` then)."""
     low = dict(key[2:]).get("autocast")
-    return contextlib.nullcontext() if low is None else eg.amp.autocast(low_precision_type=low)
+    return contextlib.nullcontext() if low is None else eg.amp.autocast(low_prec_dtype=low)
 
 
 def _is_aval(x: Any) -> bool:

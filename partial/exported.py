@@ -23,7 +23,7 @@ import os
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +65,8 @@ def _output_names(tree: Any) -> list[str]:
 
 
 def write(path: Any, art: Artifact) -> None:
-    """Write `art` to `path` (atomically: a failed write leaves no half file)."""
+    """Write `art` to `path` (atomically: a failed write leaves no half file), or into a
+    binary file object (MegEngine's `trace.dump` takes either)."""
     ex = art.exported
     n = len(art.input_names)
     members = {MODEL: bytes(ex.serialize())}
@@ -82,23 +83,33 @@ def write(path: Any, art: Artifact) -> None:
         "platforms": list(ex.platforms), "jax_version": jax.__version__,
         "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in members.items()},
     }
+    if hasattr(path, "write"):
+        buf = io.BytesIO()  # whole, then one write: an error leaves the stream untouched
+        _zip(buf, manifest, members)
+        path.write(buf.getvalue())
+        return
     # a temp of its own beside the target (threads of one process share a pid), renamed over it
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.",
                                suffix=".tmp", dir=os.path.dirname(os.path.abspath(path)))
     os.close(fd)
     try:
-        with zipfile.ZipFile(tmp, "w") as z:
-            z.writestr(MANIFEST, json.dumps(manifest, indent=1))
-            for k, v in members.items():
-                z.writestr(k, v)
+        _zip(tmp, manifest, members)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
 
 
-def load(path: str | os.PathLike) -> Loaded:
-    """Read a model written by `fn.dump` and return it as a callable.
+def _zip(target: Any, manifest: dict, members: dict[str, bytes]) -> None:
+    with zipfile.ZipFile(target, "w") as z:
+        z.writestr(MANIFEST, json.dumps(manifest, indent=1))
+        for k, v in members.items():
+            z.writestr(k, v)
+
+
+def load(path: str | os.PathLike | BinaryIO) -> Loaded:
+    """Read a model written by `fn.dump` (a path or a binary file object) and return it as a
+    callable.
 
     The callable takes the inputs the traced function took (in the manifest's order, or by
     name), as Tensors, numpy arrays or jax arrays, and returns the function's output structure
@@ -109,8 +120,8 @@ def load(path: str | os.PathLike) -> Loaded:
         ExportFileError: the file is not a dump, was changed after it was written, or has an
             unsupported format version.
     """
-    where = os.fspath(path)
-    manifest, members = _read(where)
+    where = getattr(path, "name", "<file object>") if hasattr(path, "read") else os.fspath(path)
+    manifest, members = _read(path if hasattr(path, "read") else where, where)
     model = members[MODEL]
     for name, digest in manifest["sha256"].items():
         if hashlib.sha256(members[name]).hexdigest() != digest:
@@ -126,10 +137,10 @@ def load(path: str | os.PathLike) -> Loaded:
     return Loaded(exported, manifest, params)
 
 
-def _read(where: str) -> tuple[dict, dict]:
+def _read(source: Any, where: str) -> tuple[dict, dict]:
     """(manifest, members by name), checking the format and the version."""
     try:
-        with zipfile.ZipFile(where) as z:
+        with zipfile.ZipFile(source) as z:
             members = {n: z.read(n) for n in z.namelist()}  # checks every member's CRC
         manifest = json.loads(members[MANIFEST])
     except FileNotFoundError:

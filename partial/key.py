@@ -28,6 +28,10 @@ from .guards import Same, value_token
 # container an op reads, e.g. a module attribute, is compared by value).
 STATIC_TYPES = (bool, int, float, complex, str, bytes, type(None))
 _Tensor, _Module, _Optimizer = eg.Tensor, M.Module, optim.Optimizer
+# objects passed through by identity: what the function does with them is captured (a
+# GradManager argument, as MegEngine code passes one to a traced step, is guarded as one in a
+# closure is)
+_OBJECTS = (_Module, _Optimizer, eg.autodiff.GradManager, eg.autodiff.GradManagerGroup)
 _read, _wrap = eg.read, eg.hooks.wrap
 _autocast_dtype = eg.amp.autocast_dtype
 
@@ -135,7 +139,7 @@ def flatten_call(args: tuple, kwargs: dict) -> Call:
             tensors.append(x)
             arrays.append(a)
             spec.append(tensor_spec(a))
-        elif isinstance(x, (_Module, _Optimizer)):
+        elif isinstance(x, _OBJECTS):
             objects.append(x)
             spec.append((type(x), Same(x)))
         elif isinstance(x, (*STATIC_TYPES, np.generic)):
@@ -182,7 +186,8 @@ def _unsupported(args: tuple, kwargs: dict, bad: Any) -> UnsupportedArgumentErro
             else "pass its Tensors, or make it a hashable plain value")
     return UnsupportedArgumentError(
         f"argument {format_path(path)} is a {what}; a traced function takes Tensors, Modules, "
-        f"Optimizers, plain Python values (bool, int, float, str, None) and tuples, lists and "
+        f"Optimizers, GradManagers, plain Python values (bool, int, float, str, None) and "
+        f"tuples, lists and "
         f"dicts of them: {hint}")
 
 
@@ -240,7 +245,7 @@ def _leaf_text(spec: Any) -> str:
         return f"the same tensor as tensor argument {spec[1]}"
     if isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], type):
         tp, v = spec
-        if issubclass(tp, (_Module, _Optimizer)):
+        if issubclass(tp, _OBJECTS):
             return f"a different {tp.__name__} object"
         return "nan" if v == "nan" else f"{v!r}"
     return repr(spec)

@@ -73,6 +73,36 @@ def test_optimizer_updates_between_calls_are_seen():
     check_against_eager(build, steps=4)
 
 
+def test_a_grad_manager_passed_as_an_argument_trains_as_eagerly():
+    """MegEngine code passes the manager to its traced step: `step(x, gm=gm)`."""
+    from partial import xla_trace
+
+    def build(wrap):
+        net = M.Sequential(M.Linear(3, 4), M.Tanh(), M.Linear(4, 1))
+        opt = optim.SGD(net.parameters(), lr=0.5, momentum=0.9)
+        gm = GradManager().attach(net.parameters())
+
+        def whole(x, *, gm):
+            with gm:
+                loss = (net(x) ** 2).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+
+        traced = wrap(whole)
+        return World(lambda i: traced(_x(5, 3, seed=i), gm=gm), modules=[net],
+                     optimizers=[opt], traced=[traced])
+
+    world = check_against_eager(build, steps=3, compile=xla_trace)
+    assert world.traced[0].cache_info().captures == 1
+    net = world.modules[0]
+    before = [p.numpy() for p in net.parameters()]
+    world.traced[0](_x(5, 3), gm=GradManager())  # attached to nothing: no gradient, no update
+    assert world.traced[0].cache_info().captures == 2  # another manager is another program
+    for p, b in zip(net.parameters(), before):
+        np.testing.assert_array_equal(p.numpy(), b)
+
+
 def test_capture_as_const_bakes_closed_over_tensors_but_not_module_arguments():
     w = eg.tensor([1.0, 2.0])
     net = M.Linear(2, 2)
