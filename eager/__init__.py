@@ -11,6 +11,7 @@ capture (the `partial` package) uses to observe eager execution.
 """
 
 from . import amp, autodiff, distributed, functional, hooks, module, optimizer, random
+from . import tensor as _tensor_module  # noqa: F401  (`eager.tensor` the module; see its docstring)
 from .autodiff import Function, GradManager, no_grad
 from .conv_switch import conv_rewrites, set_conv_rewrites
 from .creation import (

@@ -12,7 +12,7 @@ and growth counter are Tensors, so a compiled step reads and updates them like a
 
 >>> import eager as eg
 >>> from eager import amp
->>> with amp.autocast(low_precision_type="bfloat16"):
+>>> with amp.autocast(low_prec_dtype="bfloat16"):
 ...     y = eg.ones((2, 3)) @ eg.ones((3, 4))
 >>> y.dtype.name
 'bfloat16'
@@ -33,12 +33,14 @@ from .tensors import Tensor, rebind
 
 
 class autocast:  # noqa: N801  (MegEngine's and PyTorch's spelling)
-    """Compute the matmul class in `low_precision_type` and the rest in float32 (see the module
+    """Compute the matmul class in `low_prec_dtype` and the rest in float32 (see the module
     docstring), in this thread, while the context is entered or the decorated function runs.
 
     Args:
         enabled: False turns autocast off inside (for a region that must stay float32).
-        low_precision_type: "float16" or "bfloat16".
+        low_prec_dtype: "float16" or "bfloat16" (MegEngine 1.13's name; `low_precision_type`,
+            the name of earlier releases, is accepted too).
+        high_prec_dtype: what the rest computes in: "float32", the only one supported.
 
     An instance entered as a context manager belongs to one thread at a time; as a decorator it
     enters a fresh one per call, so a decorated function may run in several threads.
@@ -52,16 +54,23 @@ class autocast:  # noqa: N801  (MegEngine's and PyTorch's spelling)
     'float16'
     """
 
-    def __init__(self, enabled: bool = True, low_precision_type: str = "float16"):
-        if low_precision_type not in LOW_TYPES:
-            raise ValueError(f"autocast: low_precision_type must be one of {sorted(LOW_TYPES)}, "
-                             f"got {low_precision_type!r}")
+    def __init__(self, enabled: bool = True, low_prec_dtype: str = "float16",
+                 high_prec_dtype: str = "float32", *, low_precision_type: str | None = None):
+        low = low_prec_dtype if low_precision_type is None else low_precision_type
+        if low not in LOW_TYPES:
+            raise ValueError(f"autocast: low_prec_dtype must be one of {sorted(LOW_TYPES)}, "
+                             f"got {low!r}")
+        if high_prec_dtype != "float32":
+            raise ValueError(f"autocast: high_prec_dtype must be 'float32', got "
+                             f"{high_prec_dtype!r}: what is not in low precision computes in "
+                             "float32 (float64 inputs stay float64)")
         self.enabled = bool(enabled)
-        self.low_precision_type = low_precision_type
+        self.low_prec_dtype = self.low_precision_type = low
+        self.high_prec_dtype = high_prec_dtype
         self._tokens: list = []
 
     def __enter__(self) -> autocast:
-        low = LOW_TYPES[self.low_precision_type] if self.enabled else None
+        low = LOW_TYPES[self.low_prec_dtype] if self.enabled else None
         self._tokens.append(state.set(low))
         return self
 
@@ -71,13 +80,13 @@ class autocast:  # noqa: N801  (MegEngine's and PyTorch's spelling)
     def __call__(self, fn: Callable) -> Callable:
         @ft.wraps(fn)
         def autocast_wrapper(*args: Any, **kwargs: Any) -> Any:
-            with autocast(self.enabled, self.low_precision_type):
+            with autocast(self.enabled, self.low_prec_dtype):
                 return fn(*args, **kwargs)
 
         return autocast_wrapper
 
     def __repr__(self) -> str:
-        return f"autocast(enabled={self.enabled}, low_precision_type={self.low_precision_type!r})"
+        return f"autocast(enabled={self.enabled}, low_prec_dtype={self.low_prec_dtype!r})"
 
 
 def autocast_dtype() -> str | None:
@@ -115,7 +124,7 @@ class GradScaler:
     ([2.0, 4.0], 1024.0)
     """
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0,
+    def __init__(self, init_scale: float = 16.0, growth_factor: float = 2.0,
                  backoff_factor: float = 0.5, growth_interval: int = 2000):
         if not (init_scale > 0 and growth_factor > 1 and 0 < backoff_factor < 1
                 and int(growth_interval) == growth_interval and growth_interval >= 1):

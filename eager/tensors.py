@@ -45,8 +45,11 @@ class Tensor(TensorMethods):
     """
 
     # `_len`: None, or the logical length of a ragged axis 0 (an int, an int32 device scalar, or
-    # a traced int32 inside a region) whose storage `_data` is padded to a capacity (ragged.py)
-    __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "_len", "__weakref__")
+    # a traced int32 inside a region) whose storage `_data` is padded to a capacity (ragged.py).
+    # `__dict__`: user code may hang its own attributes on a tensor (`p.grad_backup = ...`), as
+    # MegEngine and PyTorch allow; the dict is only made when one is set.
+    __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "_len", "__weakref__",
+                 "__dict__")
     __array_priority__ = 1000
     __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
 
@@ -205,6 +208,14 @@ class Tensor(TensorMethods):
 
     def _assign(self, new: Tensor) -> None:
         rebind(self, new._data, new._node, new._out_idx)
+        self._len = new._len
+
+    def set_value(self, value: Any) -> None:
+        """Replace this tensor's value, shape and dtype included, by `value`'s, without
+        gradient history (MegEngine's deprecated `set_value`; `t[...] = value` keeps the shape
+        and dtype and is what new code writes)."""
+        new = value if isinstance(value, Tensor) else Tensor(value)
+        rebind(self, new._data)
         self._len = new._len
 
     # ----- shape ----------------------------------------------------------------------------

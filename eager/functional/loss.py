@@ -2,7 +2,8 @@
 
 Class labels given to `cross_entropy` and `nll_loss` are checked in eager code: one outside
 [0, C) raises `IndexError`, where the gather would otherwise give nan (or, for -C..-1, silently
-pick a class counted from the end).
+pick a class counted from the end). Float labels holding whole numbers (MegEngine code often
+passes them) are taken as int32; a fractional one raises, where MegEngine truncates it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..index_checks import check_range
+from ..context import current
+from ..index_checks import check_range, host_values
 from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
@@ -23,6 +25,22 @@ def _check(reduction: str, fn: str = "loss", allowed: tuple[str, ...] = _REDUCTI
     if reduction not in allowed:
         raise bad_argument(f"{fn}: reduction must be one of {allowed}, got {reduction!r}.")
     return reduction
+
+
+def _int_labels(fn: str, label: Any) -> Any:
+    """`label` as int32 when it holds floats (MegEngine accepts float class labels). In eager
+    code a fractional label raises OpArgumentError; in a capture the values are abstract and
+    the cast truncates, as MegEngine does."""
+    dtype = np.dtype(getattr(label, "dtype", np.result_type(label)))
+    if dtype.kind != "f":
+        return label
+    if current() is None:
+        host = host_values(label)
+        bad = host[host != np.trunc(host)]
+        if bad.size:
+            raise bad_argument(f"{fn}: class labels must be whole numbers; a float label holds "
+                               f"{float(bad.flat[0])}. Pass integer labels (.astype('int32')).")
+    return label.astype("int32") if isinstance(label, Tensor) else np.asarray(label, "int32")
 
 
 def _check_labels(fn: str, pred: Any, label: Any, axis: int) -> int:
@@ -44,7 +62,8 @@ def _check_labels(fn: str, pred: Any, label: Any, axis: int) -> int:
 
 def cross_entropy(pred: Any, label: Any, axis: int = 1, with_logits: bool = True,
                   label_smooth: float = 0.0, reduction: str = "mean") -> Tensor:
-    """Softmax cross-entropy between logits `pred` and integer class `label` along `axis`.
+    """Softmax cross-entropy between logits `pred` and integer class `label` along `axis`
+    (float labels holding whole numbers are accepted, as in MegEngine).
 
     With `label_smooth = s` the target puts 1 - s on the label and s spread evenly over all
     classes. `with_logits=False` takes probabilities instead of logits.
@@ -55,6 +74,7 @@ def cross_entropy(pred: Any, label: Any, axis: int = 1, with_logits: bool = True
     "sum" is nan) while its gradient through the label term is 0: without label smoothing that
     sample's logits get a zero gradient, so training goes on silently apart from the nan loss.
     """
+    label = _int_labels("cross_entropy", label)
     axis = _check_labels("cross_entropy", pred, label, int(axis))
     return apply(OPS["cross_entropy"], pred, label, axis=axis, with_logits=bool(with_logits),
                  label_smooth=number(label_smooth, "label_smooth"),
@@ -67,6 +87,7 @@ def nll_loss(pred: Any, label: Any, axis: int = 1, reduction: str = "mean") -> T
     Out-of-range labels: as for `cross_entropy` (`IndexError` in eager code; in a compiled
     region a label in [-C, -1] counts from the end and any other one gives nan).
     """
+    label = _int_labels("nll_loss", label)
     axis = _check_labels("nll_loss", pred, label, int(axis))
     return apply(OPS["nll_loss"], pred, label, axis=axis,
                  reduction=_check(reduction, "nll_loss"))

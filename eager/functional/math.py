@@ -147,12 +147,22 @@ def std(x: Any, axis: Any = None, keepdims: bool = False, unbiased: bool = False
     return apply(OPS["std"], x, axis=_axis_arg(axis), keepdims=keepdims, ddof=int(unbiased))
 
 
-def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
-    return apply(OPS["argmax"], x, axis=axis, keepdims=keepdims)
+def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The index of the largest value over `axis` (None: of the flattened tensor). Several
+    axes act as one, their index counting row-major through them, as numpy's argmax of the
+    tensor with those axes flattened.
+
+    >>> import eager as eg, eager.functional as F
+    >>> x = eg.tensor([[[1.0, 0.0], [0.0, 2.0]], [[3.0, 0.0], [0.0, 0.0]]])
+    >>> F.argmax(x, axis=(0, 1)).numpy()
+    array([2, 1], dtype=int32)
+    """
+    return apply(OPS["argmax"], x, axis=_axis_arg(axis), keepdims=bool(keepdims))
 
 
-def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
-    return apply(OPS["argmin"], x, axis=axis, keepdims=keepdims)
+def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The index of the smallest value over `axis`; several axes act as one (see `argmax`)."""
+    return apply(OPS["argmin"], x, axis=_axis_arg(axis), keepdims=bool(keepdims))
 
 
 def norm(x: Any, ord: float | None = None, axis: Any = None, keepdims: bool = False) -> Tensor:

@@ -167,12 +167,15 @@ def adaptive_avg_pool2d(x: Any, oshp: Any) -> Tensor:
 
 def batch_norm(x: Any, running_mean: Tensor | None = None, running_var: Tensor | None = None,
                weight: Any = None, bias: Any = None, *, training: bool = False,
-               momentum: float = 0.9, eps: float = 1e-5, inplace: bool = True) -> Tensor:
+               momentum: float = 0.9, eps: float = 1e-5, inplace: bool = True) -> Any:
     """Batch normalization over axis 1 (channels).
 
-    In training it normalizes with the batch statistics and, with `inplace`, updates the running
-    statistics as `running = momentum * running + (1 - momentum) * batch` (MegEngine's momentum;
-    the unbiased batch variance goes into `running_var`). Otherwise it uses the running statistics.
+    In training it normalizes with the batch statistics and updates the running statistics as
+    `running = momentum * running + (1 - momentum) * batch` (MegEngine's momentum; the unbiased
+    batch variance goes into `running_var`): in place, or with `inplace=False` it leaves them
+    alone and returns `(y, new_running_mean, new_running_var)`, as MegEngine does. Otherwise it
+    uses the running statistics. The output has x's dtype (float16 x with float32 parameters
+    is normalized in float32).
     """
     if not training:
         if running_mean is None or running_var is None:
@@ -180,11 +183,14 @@ def batch_norm(x: Any, running_mean: Tensor | None = None, running_var: Tensor |
         return apply(OPS["batch_norm_eval"], x, running_mean, running_var, weight, bias,
                      eps=number(eps, "eps"))
     y, mean, var = apply(OPS["batch_norm_train"], x, weight, bias, eps=number(eps, "eps"))
-    if inplace and running_mean is not None and running_var is not None:
-        new_mean, new_var = apply(OPS["running_stats_update"], running_mean, running_var,
-                                  mean, var, momentum=number(momentum, "momentum"))
-        rebind(running_mean, new_mean._data)
-        rebind(running_var, new_var._data)
+    if running_mean is None or running_var is None:
+        return y
+    new_mean, new_var = apply(OPS["running_stats_update"], running_mean, running_var,
+                              mean, var, momentum=number(momentum, "momentum"))
+    if not inplace:
+        return y, new_mean, new_var
+    rebind(running_mean, new_mean._data)
+    rebind(running_var, new_var._data)
     return y
 
 

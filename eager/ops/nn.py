@@ -153,20 +153,31 @@ def adaptive_avg_pool2d(x, *, out_shape):
 
 @defop("batch_norm_train", nondiff_outputs=(1, 2))
 def batch_norm_train(x, weight, bias, *, eps):
-    """Normalize with batch statistics; also return the mean and the unbiased variance."""
+    """Normalize with batch statistics; also return the mean and the unbiased variance.
+    The output has x's dtype; a float16 x with float32 weights (MegEngine's mixed precision)
+    is normalized in float32."""
     axes = (0, *range(2, x.ndim))
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
+    wide = _normalize_dtype(x, weight)
+    mean = jnp.mean(x.astype(wide), axis=axes, keepdims=True)
+    centered = x.astype(wide) - mean
     var = jnp.mean(centered * centered, axis=axes, keepdims=True)
-    y = _scale_shift(centered, lax.rsqrt(var + eps), weight, bias)
+    y = _scale_shift(centered, lax.rsqrt(var + eps), weight, bias).astype(x.dtype)
     n = x.size // x.shape[1]
     return y, mean.reshape(-1), var.reshape(-1) * (n / max(n - 1, 1))
 
 
 @defop("batch_norm_eval")
 def batch_norm_eval(x, running_mean, running_var, weight, bias, *, eps):
+    wide = _normalize_dtype(x, weight, running_mean)
     mean, var = _channel(running_mean, x.ndim), _channel(running_var, x.ndim)
-    return _scale_shift(x - mean, lax.rsqrt(var + eps), weight, bias)
+    y = _scale_shift(x.astype(wide) - mean, lax.rsqrt(var + eps), weight, bias)
+    return y.astype(x.dtype)
+
+
+def _normalize_dtype(x, *others):
+    """The dtype a normalization computes in: x's, or wider when its weights or statistics are
+    (float16 activations with float32 parameters)."""
+    return jnp.result_type(x, *(o for o in others if o is not None))
 
 
 def _scale_shift(centered, inv_std, weight, bias):

@@ -87,11 +87,26 @@ def norm(x, valid=None, *, ord, axis, keepdims):
     return jnp.sum(a**ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
 
 
+def _arg_reduce(fn, x, axis, keepdims):
+    """`fn` (jnp.argmax / argmin) over one axis, or over several as one: the index counts
+    row-major through the chosen axes, as numpy's argmax of the array with them flattened
+    into one (MegEngine instead reduces them one after the other: see the guide's Porting)."""
+    if not isinstance(axis, tuple):
+        return fn(x, axis=axis, keepdims=keepdims)
+    axes = sorted({a % x.ndim for a in axis})
+    kept = [d for d in range(x.ndim) if d not in axes]
+    moved = jnp.transpose(x, kept + axes).reshape([x.shape[d] for d in kept] + [-1])
+    index = fn(moved, axis=-1)
+    if keepdims:
+        index = jnp.expand_dims(index, axes)
+    return index
+
+
 @defop("argmax", differentiable=False, ragged=along(inside=NONEMPTY))
 def argmax(x, valid=None, *, axis, keepdims):
-    return jnp.argmax(_fill(x, valid, _lowest(x.dtype)), axis=axis, keepdims=keepdims)
+    return _arg_reduce(jnp.argmax, _fill(x, valid, _lowest(x.dtype)), axis, keepdims)
 
 
 @defop("argmin", differentiable=False, ragged=along(inside=NONEMPTY))
 def argmin(x, valid=None, *, axis, keepdims):
-    return jnp.argmin(_fill(x, valid, _highest(x.dtype)), axis=axis, keepdims=keepdims)
+    return _arg_reduce(jnp.argmin, _fill(x, valid, _highest(x.dtype)), axis, keepdims)

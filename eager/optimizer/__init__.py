@@ -6,7 +6,7 @@ from .adadelta import Adadelta
 from .adagrad import Adagrad
 from .adam import Adam, AdamW
 from .clip import clip_grad_norm, clip_grad_norm_, clip_grad_value, clip_grad_value_
-from .lamb import LAMB
+from .lamb import LAMB, LAMBFp16
 from .lr_scheduler import (
     CosineAnnealingLR,
     ExponentialLR,
@@ -21,7 +21,7 @@ from .lr_scheduler import (
 from .optimizer import Optimizer
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "LAMB",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "LAMB", "LAMBFp16",
            "clip_grad_norm", "clip_grad_norm_", "clip_grad_value", "clip_grad_value_",
            "lr_scheduler", "LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR",
            "LambdaLR", "ExponentialLR", "LinearLR", "LinearWarmup", "OneCycleLR"]

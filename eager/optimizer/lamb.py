@@ -49,3 +49,28 @@ class LAMB(Optimizer):
                     bias_correction=bool(group["bias_correction"]),
                     always_adapt=bool(group["always_adapt"]))
         self._set(params + m + v + steps, new)
+
+
+class LAMBFp16(LAMB):
+    """LAMB for float16 parameters: the update runs on a float32 master copy of each parameter
+    (state "param_fp32", with float32 moments), and the parameter gets the master's value
+    rounded to its own dtype, so steps smaller than float16's resolution still accumulate
+    (MegEngine's `LAMBFp16`). Same arguments as `LAMB`."""
+
+    def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
+        master = param.detach().astype("float32")
+        return {"step": zeros((), "int32"), "exp_avg": zeros_like(master),
+                "exp_avg_sq": zeros_like(master), "param_fp32": master}
+
+    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        masters, m, v, steps = ([self.state[p][k] for p in params]
+                                for k in ("param_fp32", "exp_avg", "exp_avg_sq", "step"))
+        beta1, beta2 = self.hyper(group, "betas")
+        grads = [p.grad.astype("float32") for p in params]
+        new = apply(OPS["lamb_update"], *masters, *grads, *m, *v, *steps,
+                    self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
+                    self.hyper(group, "weight_decay"), n=len(params),
+                    bias_correction=bool(group["bias_correction"]),
+                    always_adapt=bool(group["always_adapt"]))
+        self._set(masters + m + v + steps, new)
+        self._set(params, tuple(w.astype(p.dtype) for w, p in zip(masters, params)))

@@ -19,9 +19,14 @@ from .optimizer import Optimizer, require
 
 class LRScheduler:
     """Base class: subclasses give `lr_at(base_lr, epoch, group)`, the lr of param group
-    `group` at `epoch`."""
+    `group` at `epoch`, or override `get_lr()` (MegEngine's and PyTorch's way: the list of
+    every group's lr at `self.current_epoch`, from `self.base_lrs`).
 
-    _unsaved: tuple[str, ...] = ("optimizer", "lr_lambdas")  # not in state_dict()
+    `state_dict()` holds the schedule's settings and `current_epoch` (MegEngine's format);
+    `load_state_dict` also takes PyTorch's, whose epoch is `last_epoch`.
+    """
+
+    _unsaved: tuple[str, ...] = ("optimizer", "lr_lambdas", "base_lrs")  # not in state_dict()
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1,
                  current_epoch: int | None = None):
@@ -30,30 +35,45 @@ class LRScheduler:
             g.setdefault("initial_lr", g["lr"])
         self.base_lrs = [g["initial_lr"] for g in optimizer.param_groups]
         # MegEngine names the starting epoch `current_epoch`, PyTorch `last_epoch`: both work
-        self.last_epoch = last_epoch if current_epoch is None else int(current_epoch)
+        self.current_epoch = last_epoch if current_epoch is None else int(current_epoch)
         self.step()
 
     @property
-    def current_epoch(self) -> int:
-        """MegEngine's name of `last_epoch`: the epoch whose lr is set now."""
-        return self.last_epoch
+    def last_epoch(self) -> int:
+        """PyTorch's name of `current_epoch`: the epoch whose lr is set now."""
+        return self.current_epoch
+
+    @last_epoch.setter
+    def last_epoch(self, epoch: int) -> None:
+        self.current_epoch = epoch
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__}: define lr_at(base_lr, epoch, group) "
+                                  "or get_lr()")
+
+    def get_lr(self) -> list[float]:
+        """Every param group's lr at `current_epoch`."""
+        return [self.lr_at(base, self.current_epoch, i) for i, base in enumerate(self.base_lrs)]
 
     def step(self, epoch: int | None = None) -> None:
         """Advance to the next epoch (or to `epoch`) and set each group's lr."""
-        self.last_epoch = self.last_epoch + 1 if epoch is None else int(epoch)
-        for i, (g, base) in enumerate(zip(self.optimizer.param_groups, self.base_lrs)):
-            g["lr"] = self.lr_at(base, self.last_epoch, i)
+        self.current_epoch = self.current_epoch + 1 if epoch is None else int(epoch)
+        for g, lr in zip(self.optimizer.param_groups, self.get_lr()):
+            g["lr"] = lr
 
     def get_last_lr(self) -> list[float]:
         return [g["lr"] for g in self.optimizer.param_groups]
 
     def state_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in self._unsaved}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in self._unsaved and not k.startswith("_")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a `state_dict()` of this schedule, MegEngine's or PyTorch's (its private
+        bookkeeping, `_step_count` and the like, is left out)."""
+        state = {k: v for k, v in state.items() if not k.startswith("_")}
+        if "last_epoch" in state:
+            state.setdefault("current_epoch", state.pop("last_epoch"))
         self.__dict__.update(state)
 
 

@@ -50,7 +50,7 @@ def _float32_ops(x):
 @pytest.mark.parametrize("low", LOW)
 def test_each_op_class_computes_in_its_type_inside_autocast(rng, low):
     x, w = _inputs(rng)
-    with amp.autocast(low_precision_type=low):
+    with amp.autocast(low_prec_dtype=low):
         assert amp.autocast_dtype() == low
         for name, y in _low_ops(x, w).items():
             assert y.dtype.name == low, name
@@ -59,7 +59,7 @@ def test_each_op_class_computes_in_its_type_inside_autocast(rng, low):
         assert (x + 1).dtype.name == "float32"  # ops outside the table keep their input type
         assert F.relu(F.matmul(x, w.T)).dtype.name == low
     want = F.matmul(x, w.T).numpy()
-    with amp.autocast(low_precision_type=low):
+    with amp.autocast(low_prec_dtype=low):
         got = F.matmul(x, w.T).astype("float32").numpy()
     np.testing.assert_allclose(got, want, rtol=3e-2, atol=3e-2)
 
@@ -71,20 +71,32 @@ def test_autocast_off_restores_and_nests(rng):
         with amp.autocast(enabled=False):
             assert amp.autocast_dtype() is None
             assert F.linear(x, w).dtype.name == "float32"
-        with amp.autocast(low_precision_type="bfloat16"):
+        with amp.autocast(low_prec_dtype="bfloat16"):
             assert F.linear(x, w).dtype.name == "bfloat16"
         assert F.linear(x, w).dtype.name == "float16"
     assert amp.autocast_dtype() is None
     assert F.linear(x, w).dtype.name == "float32"
     assert F.softmax(x.astype("float16"), axis=-1).dtype.name == "float16"  # no policy
-    with pytest.raises(ValueError, match="low_precision_type"):
-        amp.autocast(low_precision_type="int8")
+    with pytest.raises(ValueError, match="low_prec_dtype"):
+        amp.autocast(low_prec_dtype="int8")
+    with pytest.raises(ValueError, match="high_prec_dtype"):
+        amp.autocast(high_prec_dtype="float64")
+    with amp.autocast(True, "bfloat16", "float32"):  # MegEngine 1.13's positional order
+        assert F.linear(x, w).dtype.name == "bfloat16"
+    with amp.autocast(low_precision_type="bfloat16"):  # the name of earlier releases
+        assert F.linear(x, w).dtype.name == "bfloat16"
+
+
+def test_grad_scaler_defaults_are_megengines():
+    scaler = amp.GradScaler()
+    assert scaler.scale_factor == 16.0
+    assert (scaler.growth_factor, scaler.backoff_factor, scaler.growth_interval) == (2.0, 0.5, 2000)
 
 
 def test_autocast_as_a_decorator_and_an_error_inside_restores(rng):
     x, w = _inputs(rng)
 
-    @amp.autocast(low_precision_type="bfloat16")
+    @amp.autocast(low_prec_dtype="bfloat16")
     def f(a):
         return F.linear(a, w)
 
@@ -122,7 +134,7 @@ def test_gradients_reach_float32_parameters_in_float32(rng, low):
     gm = GradManager().attach(net.parameters())
     x = eg.tensor(rng.standard_normal((6, 4)).astype(np.float32))
     y = eg.tensor(np.arange(6, dtype=np.int32) % 3)
-    with gm, amp.autocast(low_precision_type=low):
+    with gm, amp.autocast(low_prec_dtype=low):
         loss = F.cross_entropy(net(x), y)
         assert loss.dtype.name == "float32"
         gm.backward(loss)
@@ -213,7 +225,7 @@ def test_convolutions_compute_in_the_low_type_and_their_weights_get_float32_grad
     w = eg.Parameter(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
     wt = eg.Parameter(rng.standard_normal((4, 3, 3, 3)).astype(np.float32))
     gm = GradManager().attach([w, wt])
-    with gm, amp.autocast(low_precision_type=low):
+    with gm, amp.autocast(low_prec_dtype=low):
         y = F.conv2d(x, w, padding=1)
         z = F.conv_transpose2d(y, wt, stride=2)
         assert y.dtype.name == low and z.dtype.name == low

@@ -367,6 +367,36 @@ def test_scheduler_lr_drives_the_optimizer_update():
     np.testing.assert_allclose(p.numpy(), [expected], rtol=1e-6)
 
 
+def test_a_scheduler_subclass_may_override_get_lr_as_in_megengine():
+    class Halving(optim.LRScheduler):
+        def __init__(self, optimizer, every, current_epoch=-1):
+            self.every = every
+            super().__init__(optimizer, current_epoch)
+
+        def get_lr(self):
+            return [b * 0.5 ** (self.current_epoch // self.every) for b in self.base_lrs]
+
+    opt = _two_group_sgd()
+    sched = Halving(opt, 2)
+    lrs = [sched.get_last_lr()] + [sched.step() or sched.get_last_lr() for _ in range(4)]
+    assert lrs == [[0.1, 0.4], [0.1, 0.4], [0.05, 0.2], [0.05, 0.2], [0.025, 0.1]]
+    assert sched.state_dict() == {"every": 2, "current_epoch": 4}
+
+
+def test_schedulers_load_megengine_and_pytorch_state_dicts():
+    """MegEngine saves `current_epoch`, PyTorch `last_epoch` plus private bookkeeping."""
+    sched = optim.MultiStepLR(_two_group_sgd(), [2, 4])
+    sched.load_state_dict({"milestones": [2, 4], "gamma": 0.1, "current_epoch": 3})
+    assert sched.current_epoch == sched.last_epoch == 3
+    sched.step()
+    assert sched.get_last_lr() == pytest.approx([0.001, 0.004])
+    sched = optim.MultiStepLR(_two_group_sgd(), [2, 4])
+    sched.load_state_dict({"milestones": [2, 4], "gamma": 0.1, "last_epoch": 1,
+                           "base_lrs": [0.1, 0.4], "_step_count": 2, "_last_lr": [0.1, 0.4]})
+    sched.step()
+    assert sched.current_epoch == 2 and sched.get_last_lr() == pytest.approx([0.01, 0.04])
+
+
 @pytest.mark.parametrize("name", sorted(SCHEDULES))
 def test_scheduler_state_dict_round_trip(name):
     make, ref = SCHEDULES[name]
@@ -375,7 +405,7 @@ def test_scheduler_state_dict_round_trip(name):
     for _ in range(4):
         sched.step()
     state = sched.state_dict()
-    assert "optimizer" not in state and state["last_epoch"] == 4
+    assert "optimizer" not in state and state["current_epoch"] == 4
 
     other_opt = _two_group_sgd()
     other = make(other_opt)

@@ -418,7 +418,7 @@ def test_linear_warmup_state_dict_round_trip():
     for _ in range(2):
         sched.step()
     state = sched.state_dict()
-    assert "optimizer" not in state and state["scheduler"]["last_epoch"] == 2
+    assert "optimizer" not in state and state["scheduler"]["current_epoch"] == 2
     other = make()
     other.load_state_dict(state)
     assert other.last_epoch == other.scheduler.last_epoch == 2
@@ -495,7 +495,7 @@ def test_scheduler_state_dict_round_trip(make):
     for _ in range(3):
         sched.step()
     state = sched.state_dict()
-    assert "optimizer" not in state and state["last_epoch"] == 3
+    assert "optimizer" not in state and state["current_epoch"] == 3
     other_opt = _sgd()
     other = make(other_opt)
     other.load_state_dict(state)

@@ -41,7 +41,7 @@ def _build_split(low):
 
         def step(i):
             x, y = _batch(i)
-            with gm, amp.autocast(low_precision_type=low):
+            with gm, amp.autocast(low_prec_dtype=low):
                 logits = backbone(x)
                 loss = F.cross_entropy(logits, y)
                 scaler.backward(gm, loss)
@@ -64,7 +64,7 @@ def _build_whole(low, poison_step=-1):
         @wrap
         def step(x, y, poison):
             gm = GradManager().attach(net.parameters())
-            with gm, amp.autocast(low_precision_type=low):
+            with gm, amp.autocast(low_prec_dtype=low):
                 loss = F.cross_entropy(net(x), y) * poison
                 scaler.backward(gm, loss)
             opt.step().clear_grad()
@@ -140,7 +140,7 @@ def test_autocast_state_is_part_of_the_guard_key(compile):
     with amp.autocast():
         assert f(x).dtype.name == "float16"  # compiled outside autocast: recompiled inside
         assert f(x).dtype.name == "float16"
-    with amp.autocast(low_precision_type="bfloat16"):
+    with amp.autocast(low_prec_dtype="bfloat16"):
         assert f(x).dtype.name == "bfloat16"
     assert f(x).dtype.name == "float32"  # and the float32 entry is used again outside
     assert runs == [None, "float16", "bfloat16"]
@@ -159,7 +159,7 @@ def test_a_convolution_region_under_autocast_trains_like_eager():
         def step(i):
             rng = np.random.default_rng([i, 5])
             x = eg.tensor(rng.standard_normal((4, 2, 6, 6)).astype(np.float32))
-            with gm, amp.autocast(low_precision_type="bfloat16"):
+            with gm, amp.autocast(low_prec_dtype="bfloat16"):
                 loss = F.cross_entropy(backbone(x), eg.tensor(np.arange(4, dtype=np.int32) % 3))
                 gm.backward(loss)
             opt.step().clear_grad()
