@@ -232,7 +232,9 @@ class GradManager:
                        else _wrap(c) for i, c in enumerate(cts)]
                 leaves = higher_order.backward(ys, cts)
             else:
-                leaves = tape.backward(ys, cts, manager=self)
+                # another manager still recording (`with gm1 | gm2:`) may backward the same
+                # graph after this one, as MegEngine allows: it is freed by the last
+                leaves = tape.backward(ys, cts, manager=self, free=len(_OPEN.get()) <= 1)
             self._accumulate(leaves)
         finally:
             self.release()

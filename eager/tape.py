@@ -145,12 +145,13 @@ def _accumulate(store: list, index: int, g: Any) -> None:
 
 
 def backward(targets: Sequence[Any], cotangents: Sequence[Any],
-             manager: Any = None) -> dict[int, list]:
+             manager: Any = None, free: bool = True) -> dict[int, list]:
     """Run the backward pass from `targets` (tensors) seeded with `cotangents` (arrays).
 
     Returns `{id(leaf): [leaf, grad array, finished]}` for every leaf tensor reached, where
     `finished` says that `manager`'s callbacks were already applied to the grad (by a node's
-    `finish`, given the GradManager running the backward). Every node traversed is freed: its
+    `finish`, given the GradManager running the backward). Every node traversed is freed (unless
+    not `free`: another manager still records and may run its own backward through them): its
     residuals are dropped and a later backward through it raises `BackwardError`.
     """
     leaves: dict[int, list] = {}
@@ -180,16 +181,24 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any],
         for node in order:
             cts, node.cts = node.cts, None
             if cts is not None:
-                for parent, g in zip(node.parents, _pull(node, cts, senders, manager)):
+                for parent, g in zip(node.parents, _pull(node, cts, senders, manager, free)):
                     if g is not None:
                         send(parent, g)
     finally:
-        for node in order:
-            node.freed, node.vjp, node.parents, node.cts, node.op = True, None, (), None, None
+        _done(order, free)
     return leaves
 
 
-def _pull(node: Node, cts: list, senders: dict | None, manager: Any) -> Sequence[Any]:
+def _done(order: Sequence[Node], free: bool) -> None:
+    """After a backward: drop the pending cotangents and, if `free`, the nodes' residuals."""
+    for node in order:
+        node.cts = None
+        if free:
+            node.freed, node.vjp, node.parents, node.op = True, None, (), None
+
+
+def _pull(node: Node, cts: list, senders: dict | None, manager: Any,
+          free: bool) -> Sequence[Any]:
     """The gradients `node` sends its parents for output cotangents `cts`."""
     if not node.sparse:
         cts = [jnp.zeros(s, d) if c is None else c for c, (s, d) in zip(cts, node.out_avals)]
@@ -198,7 +207,8 @@ def _pull(node: Node, cts: list, senders: dict | None, manager: Any) -> Sequence
         grads = node.finish(cts, sole, manager)
     else:
         grads = node.vjp(cts)
-    node.vjp = None  # drop the residuals as soon as they are used
+    if free:
+        node.vjp = None  # drop the residuals as soon as they are used
     return grads
 
 

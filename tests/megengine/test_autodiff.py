@@ -7,6 +7,7 @@ import pytest
 import eager as mge
 import eager.functional as F
 from eager.autodiff import Function, GradManager
+from eager.errors import BackwardError
 
 
 def test_backward_of_a_scalar_fills_grad_of_attached_tensors():
@@ -204,6 +205,27 @@ def test_managers_joined_by_or_record_together():
     assert not g1._recording and not g2._recording
     np.testing.assert_allclose(a.grad.numpy(), [3.0])
     np.testing.assert_allclose(b.grad.numpy(), [2.0])
+
+
+def test_each_manager_of_a_group_backwards_the_same_output():
+    """MegEngine keeps the graph until every manager of the group has run its backward."""
+    from partial import partial_trace
+
+    a, b = mge.Parameter([1.0, 2.0]), mge.Parameter([3.0, 4.0])
+    g1, g2 = GradManager().attach([a]), GradManager().attach([b])
+    region = partial_trace(lambda a, b: F.sin(a) * b)  # a compiled segment's node too
+    with g1 | g2:
+        y = (region(a, b) * a).sum()
+        g1.backward(y)
+        g2.backward(y)
+    av, bv = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    np.testing.assert_allclose(a.grad.numpy(), bv * (np.cos(av) * av + np.sin(av)), rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), np.sin(av) * av, rtol=1e-6)
+    with g1:  # alone, a manager frees the graph at its backward
+        y = (a * a).sum()
+        g1.backward(y)
+        with pytest.raises(BackwardError, match="already called in this recording"):
+            g1.backward(y)
 
 
 class MySigmoid(Function):
