@@ -24,6 +24,7 @@ from .context import current as _current
 from .errors import OpTypeError
 from .indexing import _axis_arg, _shape_arg, parse_index
 from .op_errors import bad_argument as _bad_argument
+from .op_errors import check_power as _check_power
 from .op_errors import checked_dtype as _checked_dtype
 from .op_errors import translate as _translate
 from .ops import OPS, Op
@@ -267,7 +268,7 @@ class Tensor(TensorMethods):
     def __rfloordiv__(self, o): return apply(OPS["floor_div"], o, self)  # noqa: E704
     def __mod__(self, o): return apply(OPS["mod"], self, o)  # noqa: E704
     def __rmod__(self, o): return apply(OPS["mod"], o, self)  # noqa: E704
-    def __pow__(self, o): return apply(OPS["pow"], self, o)  # noqa: E704
+    def __pow__(self, o): return _checked_pow(self, o)  # noqa: E704
     def __rpow__(self, o): return apply(OPS["pow"], o, self)  # noqa: E704
     def __matmul__(self, o): return apply(OPS["matmul"], self, o)  # noqa: E704
     def __rmatmul__(self, o): return apply(OPS["matmul"], o, self)  # noqa: E704
@@ -327,6 +328,11 @@ def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0) -> None:
     if (h := _current()) is not None:
         h.rebind(t, value)
     t._data, t._node, t._out_idx = value, node, out_idx
+
+
+def _checked_pow(x: Any, y: Any) -> Tensor:
+    _check_power(x, y)
+    return apply(OPS["pow"], x, y)
 
 
 def _wrap(array: Any) -> Tensor:

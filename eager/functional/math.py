@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..indexing import _axis_arg
-from ..op_errors import bad_argument, number
+from ..op_errors import bad_argument, check_power, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
 
@@ -35,7 +35,15 @@ def _binary(name: str):
     return f
 
 
-add, sub, mul, div, pow = (_binary(n) for n in ("add", "sub", "mul", "div", "pow"))
+add, sub, mul, div = (_binary(n) for n in ("add", "sub", "mul", "div"))
+
+
+def pow(x: Any, y: Any) -> Tensor:
+    """x ** y with broadcasting; an integer x to a negative Python int power raises."""
+    check_power(x, y)
+    return apply(OPS["pow"], x, y)
+
+
 floor_div, mod = _binary("floor_div"), _binary("mod")  # x // y and x % y
 maximum, minimum = _binary("maximum"), _binary("minimum")
 equal, not_equal = _binary("equal"), _binary("not_equal")

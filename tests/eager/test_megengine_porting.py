@@ -152,3 +152,13 @@ def test_lamb_fp16_keeps_float32_masters_updated_as_lamb_updates_float32():
     np.testing.assert_array_equal(half.numpy(), single.numpy().astype(np.float16))
     for k in ("exp_avg", "exp_avg_sq"):
         np.testing.assert_allclose(fp16.state[half][k].numpy(), ref.state[single][k].numpy())
+
+
+def test_an_integer_tensor_to_a_negative_int_power_raises():
+    """jax returned 2111105451 for 3 ** -1; numpy and PyTorch refuse, MegEngine gives floats."""
+    i = eg.tensor([2, 3])
+    assert (i**2).numpy().tolist() == [4, 9] and F.pow(i, 3).numpy().tolist() == [8, 27]
+    for power in (lambda: i**-1, lambda: F.pow(i, -2)):
+        with pytest.raises(OpArgumentError, match=r"cast the base first.*test_megengine_porting"):
+            power()
+    np.testing.assert_allclose((i.astype("float32") ** -1).numpy(), [0.5, 1 / 3])
