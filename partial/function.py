@@ -129,11 +129,12 @@ class TracedFunction:
 
     def dump(self, path: Any, *, dynamic_batch: bool = False, keep_params: bool = False) -> None:
         """Write the last call's compiled entry, as an inference program, to `path` (a file
-        name or a binary file object; MegEngine's `trace.dump`): serialized StableHLO and a JSON manifest, which
-        `partial.load` runs without this code. Parameters are baked in unless `keep_params`;
-        `dynamic_batch` makes axis 0 of every input symbolic. Raises `ExportError` for a
-        region with graph breaks or one that writes state back (a training step, BatchNorm in
-        training mode: call `.eval()` first). See the guide, "Exporting a model"."""
+        name or a binary file object; MegEngine's `trace.dump`): serialized StableHLO and a
+        JSON manifest, which `partial.load` runs without this code. Parameters are baked in
+        unless `keep_params`; `dynamic_batch` makes axis 0 of every input symbolic. Raises
+        `ExportError` for a region with graph breaks or one that writes state back (a training
+        step, BatchNorm in training mode: call `.eval()` first). See the guide, "Exporting a
+        model"."""
         with self._cache.lock:
             dump_region(self, path, dynamic_batch=dynamic_batch, keep_params=keep_params)
 
