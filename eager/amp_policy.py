@@ -24,7 +24,7 @@ LOW, FLOAT32 = "low", "float32"
 
 POLICY: dict[str, str] = {
     # the matmul class: where low precision pays (tensor cores, half the memory traffic)
-    **dict.fromkeys(("matmul", "einsum", "linear", "conv", "conv_transpose",
+    **dict.fromkeys(("matmul", "einsum", "linear", "conv", "conv_transpose", "conv3d",
                      "scaled_dot_product_attention"), LOW),
     # accumulations and exponentials: float16 sums overflow and lose small terms. max, min and
     # argmax are exact in any precision and are left alone.
@@ -32,7 +32,8 @@ POLICY: dict[str, str] = {
                      "cumsum", "cumprod", "softmax", "log_softmax",
                      "batch_norm_train", "batch_norm_eval", "layer_norm", "group_norm",
                      "cross_entropy", "nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss",
-                     "smooth_l1_loss", "hinge_loss", "kl_div"), FLOAT32),
+                     "smooth_l1_loss", "hinge_loss", "kl_div", "ctc_loss",
+                     "local_response_norm"), FLOAT32),
 }
 
 LOW_TYPES = {"float16": np.dtype(jnp.float16), "bfloat16": np.dtype(jnp.bfloat16)}

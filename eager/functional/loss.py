@@ -159,5 +159,7 @@ def kl_div(pred: Any, label: Any, reduction: str = "mean", log_target: bool = Fa
     return apply(OPS["kl_div"], pred, label, log_target=bool(log_target), reduction=reduction)
 
 
+from .ctc import ctc_loss  # noqa: E402  (MegEngine's F.loss has it; it lives with its checks)
+
 __all__ = ["cross_entropy", "nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss",
-           "square_loss", "smooth_l1_loss", "hinge_loss", "kl_div"]
+           "square_loss", "smooth_l1_loss", "hinge_loss", "kl_div", "ctc_loss"]

@@ -161,8 +161,16 @@ def _window(kernel_size: Any, stride: Any, padding: Any) -> dict:
 
 
 def adaptive_avg_pool2d(x: Any, oshp: Any) -> Tensor:
-    """Average pooling to the output size `oshp` (an int or (h, w))."""
-    return apply(OPS["adaptive_avg_pool2d"], x, out_shape=_pair(oshp))
+    """Average pooling of NCHW `x` to the output size `oshp` (an int or (h, w)), in
+    MegEngine's bins: along an axis of n values, output i averages [i * s, i * s + k),
+    s = n // o and k = n - (o - 1) * s. Where o divides n they are PyTorch's bins too; `oshp`
+    may not exceed the input's size (MegEngine crashes there)."""
+    out = _pair(oshp)
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) == 4 and any(not 1 <= o <= n for o, n in zip(out, shape[2:])):
+        raise bad_argument(f"adaptive_avg_pool2d: oshp={out} must lie between (1, 1) and the "
+                           f"input's spatial size {shape[2:]} (input shape {shape}).")
+    return apply(OPS["adaptive_avg_pool2d"], x, out_shape=out)
 
 
 def batch_norm(x: Any, running_mean: Tensor | None = None, running_var: Tensor | None = None,

@@ -3,6 +3,7 @@
 from . import init
 from .activation import ELU, Hardswish, LeakyReLU, PReLU, ReLU6, Softmax
 from .container import ModuleDict, ModuleList, Sequential
+from .fused import ConvBn2d, ConvBnRelu2d, ConvRelu2d
 from .layers import (
     BatchNorm1d,
     BatchNorm2d,
@@ -33,6 +34,14 @@ from .simple import (
     Tanh,
     Upsample,
 )
+from .vision import (
+    AdaptiveMaxPool2d,
+    Conv3d,
+    InstanceNorm,
+    LocalResponseNorm,
+    Pad,
+    PixelShuffle,
+)
 
 __all__ = [
     "init", "Module", "Sequential", "ModuleList", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",
@@ -41,4 +50,6 @@ __all__ = [
     "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "Flatten", "ModuleDict", "LeakyReLU", "PReLU",
     "ELU", "Softmax", "ReLU6", "Hardswish", "Dropout2d", "Upsample", "RNNCell", "LSTMCell",
     "GRUCell", "RNN", "LSTM", "GRU",
+    "InstanceNorm", "AdaptiveMaxPool2d", "Pad", "PixelShuffle", "LocalResponseNorm", "Conv3d",
+    "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d",
 ]

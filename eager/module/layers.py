@@ -81,12 +81,40 @@ class Conv1d(_ConvNd):
                         self.groups)
 
 
+_PADDING_MODES = ("zeros", "reflect", "replicate")
+
+
 class Conv2d(_ConvNd):
-    """2-d convolution over NCHW; weight (out, in/groups, kh, kw)."""
+    """2-d convolution over NCHW; weight (out, in/groups, kh, kw).
+
+    `padding_mode` fills the `padding` border with zeros, the mirror image of the edge rows
+    ("reflect", the edge itself not repeated) or copies of the edge ("replicate"), as `F.pad`.
+    `conv_mode` and `compute_mode` are `F.conv2d`'s.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+                 conv_mode: str = "cross_correlation", compute_mode: str = "default",
+                 padding_mode: str = "zeros"):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias)
+        self.conv_mode, self.compute_mode = conv_mode, compute_mode
+        self.padding_mode = _padding_mode(padding_mode)
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                        self.groups)
+        padding = self.padding
+        if _padding_mode(self.padding_mode) != "zeros":
+            (ph, pw), padding = padding, (0, 0)
+            x = F.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), self.padding_mode)
+        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                        self.groups, self.conv_mode, self.compute_mode)
+
+
+def _padding_mode(mode: str) -> str:
+    if mode not in _PADDING_MODES:
+        raise OpArgumentError(f"Conv2d: padding_mode must be one of {_PADDING_MODES}, got "
+                              f"{mode!r}")
+    return mode
 
 
 class ConvTranspose2d(_ConvNd):
@@ -117,15 +145,22 @@ class _BatchNorm(Module):
     running statistics (MegEngine; PyTorch would still use existing buffers in eval). The
     running statistics and the affine parameters have shape (C,), and `state_dict()` gives them
     so; MegEngine's (1, C, 1, 1) load as well (`Module.load_state_dict`).
+
+    With `freeze=True` (MegEngine's; read at each call) it normalizes with the running
+    statistics in training too, never updates them, and passes no gradient to `weight` and
+    `bias`; the input still gets its gradient.
     """
 
     _ndims: tuple[int, ...] = (4,)
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.9,
-                 affine: bool = True, track_running_stats: bool = True):
+                 affine: bool = True, track_running_stats: bool = True, freeze: bool = False):
         super().__init__()
+        if freeze and not track_running_stats:
+            raise OpArgumentError(f"{type(self).__name__}: freeze=True normalizes with the "
+                                  "running statistics, so it needs track_running_stats=True")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
+        self.affine, self.track_running_stats, self.freeze = affine, track_running_stats, freeze
         self.weight = Parameter(ones(num_features)) if affine else None
         self.bias = Parameter(zeros(num_features)) if affine else None
         self.running_mean = zeros(num_features) if track_running_stats else None
@@ -138,8 +173,15 @@ class _BatchNorm(Module):
                                   f"{x.shape}")
         dtype = np.dtype(x.dtype)
         low = jnp.issubdtype(dtype, jnp.floating) and dtype.itemsize < 4
-        y = self._normalize(x.astype(np.float32) if low else x)
+        x = x.astype(np.float32) if low else x
+        y = self._frozen(x) if self.freeze else self._normalize(x)
         return y.astype(dtype) if low else y
+
+    def _frozen(self, x: Tensor) -> Tensor:
+        """`freeze`: the running statistics, and the affine parameters as constants."""
+        weight, bias = (None if p is None else p.detach() for p in (self.weight, self.bias))
+        return F.batch_norm(x, self.running_mean, self.running_var, weight, bias,
+                            training=False, eps=self.eps)
 
     def _tracking(self) -> bool:
         """Whether this call uses and updates running statistics: the flag as it is now. A

@@ -1,6 +1,18 @@
 """The op registry. `OPS` maps each op's name to its `Op`; the submodules register them."""
 
-from . import elementwise, losses, nn, random, reduction, shape, sorting, updates  # noqa: F401  (they register the ops)
+from . import (  # noqa: F401  (they register the ops)
+    ctc,
+    elementwise,
+    linalg,
+    losses,
+    nn,
+    random,
+    reduction,
+    shape,
+    sorting,
+    updates,
+    vision,
+)
 from .registry import OPS as OPS
 from .registry import Op as Op
 from .registry import defop as defop

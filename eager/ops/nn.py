@@ -129,26 +129,15 @@ def avg_pool2d(x, *, kernel, stride, padding, count_padding):
     return total / _window(ones, np.array(0, x.dtype), lax.add, kernel, stride, padding)
 
 
-def _bins(n_in, n_out):
-    """Row i averages [floor(i*n_in/n_out), ceil((i+1)*n_in/n_out)): PyTorch's adaptive bins."""
-    m = np.zeros((n_out, n_in), np.float32)
-    for i in range(n_out):
-        lo, hi = (i * n_in) // n_out, -((-(i + 1) * n_in) // n_out)
-        m[i, lo:hi] = 1.0 / (hi - lo)
-    return m
-
-
 @defop("adaptive_avg_pool2d")
 def adaptive_avg_pool2d(x, *, out_shape):
-    (h, w), (oh, ow) = x.shape[2:], out_shape
-    if h % oh == 0 and w % ow == 0:
-        # equal bins (global pooling, halving): a pooling window, which the channels-last
-        # rewrite of compiled regions keeps channels-last where the matrix products cannot be
-        k = (h // oh, w // ow)
-        return _window(x, np.array(0, x.dtype), lax.add, k, k, (0, 0)) / (k[0] * k[1])
-    ph = _bins(x.shape[2], out_shape[0]).astype(x.dtype)
-    pw = _bins(x.shape[3], out_shape[1]).astype(x.dtype)
-    return jnp.einsum("oh,nchw,pw->ncop", ph, x, pw)
+    """MegEngine's adaptive bins: along an axis of n values, output i averages
+    [i * s, i * s + k), s = n // o, k = n - (o - 1) * s: a pooling window (bins may overlap;
+    PyTorch's bins differ where o does not divide n). A window the channels-last rewrite of
+    compiled regions keeps channels-last."""
+    stride = tuple(n // o for n, o in zip(x.shape[2:], out_shape))
+    k = tuple(n - (o - 1) * st for n, o, st in zip(x.shape[2:], out_shape, stride))
+    return _window(x, np.array(0, x.dtype), lax.add, k, stride, (0, 0)) / (k[0] * k[1])
 
 
 @defop("batch_norm_train", nondiff_outputs=(1, 2))

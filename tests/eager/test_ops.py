@@ -445,16 +445,17 @@ def test_pooling(k, s, p):
 
 @pytest.mark.parametrize("out", [(1, 1), (2, 3), (3, 4), (7, 6), (7, 2)])
 def test_adaptive_avg_pool2d(out):
+    """MegEngine's bins: stride n // o, window n - (o - 1) * stride."""
     x = np.random.default_rng(10).standard_normal((2, 3, 7, 6)).astype(np.float32)
 
+    def bins(n, o):
+        s = n // o
+        return [(i * s, i * s + n - (o - 1) * s) for i in range(o)]
+
     def ref(a):
-        rows = []
-        for i in range(out[0]):
-            h0, h1 = (i * 7) // out[0], -((-(i + 1) * 7) // out[0])
-            rows.append(jnp.stack([jnp.mean(a[:, :, h0:h1, (j * 6) // out[1]:
-                                              -((-(j + 1) * 6) // out[1])], (2, 3))
-                                   for j in range(out[1])], -1))
-        return jnp.stack(rows, -2)
+        return jnp.stack([jnp.stack([jnp.mean(a[:, :, h0:h1, w0:w1], (2, 3))
+                                     for w0, w1 in bins(6, out[1])], -1)
+                          for h0, h1 in bins(7, out[0])], -2)
 
     check_op("adaptive_avg_pool2d", [x], ref, {"out_shape": out})
 

@@ -1,0 +1,201 @@
+"""The image layers (InstanceNorm, Conv3d, AdaptiveMaxPool2d, Pad, PixelShuffle,
+LocalResponseNorm), the fused ConvRelu2d / ConvBn2d / ConvBnRelu2d, Conv2d's `padding_mode` and
+BatchNorm's `freeze`: state-dict names and shapes, forward passes against numpy references,
+gradients, and the compiled forms against eager.
+"""
+
+import numpy as np
+import pytest
+
+import eager as eg
+import eager.functional as F
+import eager.module as M
+import eager.optimizer as optim
+from eager.autodiff import GradManager
+from tests.partial.differential import World, check_against_eager
+
+from .op_check import assert_close
+from .test_modules import conv2d_ref
+from .test_ops_vision import (
+    check_fn,
+    conv3d_ref,
+    instance_norm_ref,
+    lrn_ref,
+    pixel_shuffle_ref,
+)
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _f32(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _shapes(module):
+    return {k: tuple(np.shape(v)) for k, v in module.state_dict().items()}
+
+
+def test_state_dict_names_and_shapes():
+    """MegEngine's names; per-channel vectors are (C,), and grouped weights (out, in/groups,
+    ...), as the project's Conv2d keeps them (MegEngine's layouts load too)."""
+    assert _shapes(M.InstanceNorm(3)) == {"weight": (3,), "bias": (3,)}
+    assert _shapes(M.InstanceNorm(3, affine=False)) == {}
+    # the layers' shapes of the other tests: each new parameter shape costs a compiled draw
+    assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2)) == {"weight": (4, 1, 2, 1, 2),
+                                                            "bias": (4,)}
+    assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2, bias=False)) == {"weight": (4, 1, 2, 1, 2)}
+    assert _shapes(M.ConvRelu2d(3, 4, 3)) == {"weight": (4, 3, 3, 3), "bias": (4,)}
+    bn = {"bn.weight": (4,), "bn.bias": (4,), "bn.running_mean": (4,), "bn.running_var": (4,)}
+    assert _shapes(M.ConvBn2d(3, 4, 3)) == {"conv.weight": (4, 3, 3, 3), "conv.bias": (4,), **bn}
+    assert _shapes(M.ConvBnRelu2d(3, 4, 3, bias=False)) == {"conv.weight": (4, 3, 3, 3), **bn}
+    for layer in (M.Pad(((0, 0), (1, 1))), M.PixelShuffle(2), M.LocalResponseNorm(),
+                  M.AdaptiveMaxPool2d(2)):
+        assert _shapes(layer) == {}
+
+
+def test_layers_against_references(rng):
+    x = _f32(rng, 2, 8, 5, 4, scale=2.0)
+    norm = M.InstanceNorm(8)
+    norm.load_state_dict({"weight": _f32(rng, 8), "bias": _f32(rng, 8)})
+    want = instance_norm_ref(x, norm.weight.numpy(), norm.bias.numpy(), 1e-5)
+    assert_close(norm(eg.tensor(x)), want, 1e-4, 1e-5, "InstanceNorm")
+    pad = M.Pad(((0, 0), (1, 0), (1, 2), (0, 0)), constant_val=1.5)
+    assert_close(pad(x), np.pad(x, pad.pad_width, constant_values=1.5), 0, 0, "Pad")
+    reflect = M.Pad(((0, 0), (0, 0), (1, 2), (2, 1)), "reflect")
+    assert_close(reflect(x), np.pad(x, reflect.pad_width, "reflect"), 0, 0, "Pad reflect")
+    assert_close(M.PixelShuffle(2)(x), pixel_shuffle_ref(x, 2), 0, 0, "PixelShuffle")
+    assert_close(M.LocalResponseNorm(3, 1.0, 0.01, 0.5)(x), lrn_ref(x, 3, 1.0, 0.01, 0.5),
+                 1e-5, 1e-6, "LocalResponseNorm")
+    pooled = M.AdaptiveMaxPool2d((2, 3))(x).numpy()  # rows [0, 3) and [2, 5); columns by 1
+    assert_close(pooled[:, :, 1, 2], x[:, :, 2:5, 2:4].max(axis=(2, 3)), 0, 0, "pool")
+    conv = M.Conv3d(2, 4, (2, 1, 2), stride=(2, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 2),
+                    groups=2)
+    x3 = _f32(rng, 2, 2, 5, 4, 5)
+    want = conv3d_ref(x3, conv.weight.numpy(), conv.bias.numpy(), conv.stride, conv.padding,
+                      conv.dilation, 2)
+    assert_close(conv(eg.tensor(x3)), want, 1e-4, 1e-4, "Conv3d")
+
+
+def _padded_conv_ref(x, w, b, padding, mode):
+    """numpy's padding, then the direct convolution of test_modules."""
+    (ph, pw) = padding
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), {"reflect": "reflect",
+                                                          "replicate": "edge"}[mode])
+    return conv2d_ref(xp, w, b, stride=(1, 2))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_conv2d_padding_modes(rng, mode):
+    """Against numpy's padding and a direct convolution: the value, and the input's gradient
+    (the border folded back onto the rows it copies) by finite differences."""
+    conv = M.Conv2d(3, 4, 3, stride=(1, 2), padding=(2, 1), padding_mode=mode)
+    w, b = conv.weight.numpy(), conv.bias.numpy()
+    check_fn(conv, lambda x: _padded_conv_ref(x, w, b, (2, 1), mode), [_f32(rng, 2, 3, 6, 5)],
+             rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_unknown_padding_mode_raises():
+    with pytest.raises(eg.OpArgumentError, match="padding_mode must be one of"):
+        M.Conv2d(3, 4, 3, padding=1, padding_mode="circular")
+    conv = M.Conv2d(3, 4, 3)
+    conv.padding_mode = "wrap"
+    with pytest.raises(eg.OpArgumentError, match="'wrap'"):
+        conv(eg.ones((1, 3, 4, 4)))
+
+
+def _bn_train_ref(y, momentum, running_mean, running_var, eps=1e-5):
+    mean, var = y.mean(axis=(0, 2, 3)), y.var(axis=(0, 2, 3))
+    n = y.size // y.shape[1]
+    out = (y - mean.reshape(1, -1, 1, 1)) / np.sqrt(var.reshape(1, -1, 1, 1) + eps)
+    new_mean = momentum * running_mean + (1 - momentum) * mean
+    new_var = momentum * running_var + (1 - momentum) * var * n / (n - 1)
+    return out, new_mean, new_var
+
+
+def test_fused_conv_modules(rng):
+    x = _f32(rng, 2, 3, 6, 5)
+    for cls, act in ((M.ConvBn2d, lambda v: v), (M.ConvBnRelu2d, lambda v: np.maximum(v, 0))):
+        model = cls(3, 4, 3, stride=(1, 2), padding=(2, 1), momentum=0.8)
+        conv = model.conv(eg.tensor(x)).numpy()
+        want, mean, var = _bn_train_ref(conv.astype(np.float64), 0.8, np.zeros(4), np.ones(4))
+        assert_close(model(eg.tensor(x)), act(want), 1e-4, 1e-4, f"{cls.__name__} training")
+        assert_close(model.bn.running_mean, mean, **TOL, what="running mean")
+        assert_close(model.bn.running_var, var, **TOL, what="running var")
+    relu = M.ConvRelu2d(3, 4, 3, stride=(1, 2), padding=(2, 1))
+    want = np.maximum(conv2d_ref(x, relu.weight.numpy(), relu.bias.numpy(), (1, 2), (2, 1)), 0)
+    assert_close(relu(eg.tensor(x)), want, **TOL, what="ConvRelu2d")
+
+
+def test_batchnorm_freeze(rng):
+    """Running statistics in training too, never updated; no gradient for weight and bias; the
+    input's gradient is that of the fixed affine map."""
+    bn = M.BatchNorm2d(3, freeze=True)
+    stats = {"weight": _f32(rng, 3), "bias": _f32(rng, 3), "running_mean": _f32(rng, 3),
+             "running_var": np.abs(_f32(rng, 3)) + 0.5}
+    bn.load_state_dict(stats)
+    scale = stats["weight"] / np.sqrt(stats["running_var"] + 1e-5)
+    x = eg.tensor(_f32(rng, 2, 3, 2, 2))
+    gm = GradManager().attach([x, bn.weight, bn.bias])
+    with gm:
+        y = bn(x)
+        gm.backward(y.sum())
+    want = ((x.numpy() - stats["running_mean"].reshape(1, 3, 1, 1)) * scale.reshape(1, 3, 1, 1)
+            + stats["bias"].reshape(1, 3, 1, 1))
+    assert_close(y, want, **TOL, what="frozen output")
+    assert_close(bn.running_mean, stats["running_mean"], 0, 0, "running_mean kept")
+    assert bn.weight.grad is None and bn.bias.grad is None
+    assert_close(x.grad, np.broadcast_to(scale.reshape(1, 3, 1, 1), x.shape), **TOL,
+                 what="input gradient")
+
+
+def test_batchnorm_freeze_needs_running_stats():
+    with pytest.raises(eg.OpArgumentError, match="track_running_stats=True"):
+        M.BatchNorm2d(3, track_running_stats=False, freeze=True)
+
+
+@pytest.mark.slow
+def test_fused_and_frozen_modules_compiled_equal_eager():
+    """ConvBnRelu2d (replicate padding) into a frozen BatchNorm2d, InstanceNorm, PixelShuffle,
+    LocalResponseNorm and AdaptiveMaxPool2d, trained inside one `partial_trace` region: outputs,
+    gradients, parameters and running statistics agree with eager."""
+    def build(wrap):
+        net = M.Sequential(M.ConvBnRelu2d(2, 8, 3, padding=1, padding_mode="replicate"),
+                           M.BatchNorm2d(8, freeze=True), M.InstanceNorm(8),
+                           M.PixelShuffle(2), M.LocalResponseNorm(3),
+                           M.AdaptiveMaxPool2d((3, 2)), M.Conv2d(2, 2, 1))
+        params = net.parameters()
+        opt = optim.SGD(params, lr=0.1)
+        gm = GradManager().attach(params)
+        fwd = wrap(net)
+
+        def step(i):
+            x = eg.tensor(_f32(np.random.default_rng(i), 2, 2, 4, 3))
+            with gm:
+                out = fwd(x)
+                loss = (out ** 2).mean()
+                gm.backward(loss)
+            grads = [p.grad for p in params]
+            opt.step().clear_grad()
+            return out, loss, grads
+
+        return World(step, modules=[net], optimizers=[opt], traced=[fwd])
+
+    world = check_against_eager(build, steps=2, rtol=2e-5, atol=2e-5)
+    assert world.traced[0].cache_info().captures == 1
+
+
+@pytest.mark.slow
+def test_functional_ops_compiled_equal_eager(rng):
+    """conv3d and ctc_loss inside a region (labels and lengths are not read there)."""
+    from partial import partial_trace
+
+    x, w = eg.tensor(_f32(rng, 1, 2, 3, 3, 3)), eg.tensor(_f32(rng, 2, 2, 2, 2, 2))
+    logits = _f32(rng, 4, 2, 3)
+    probs = eg.tensor(np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
+    args = (np.array([4, 3], np.int32), np.array([1, 2, 2], np.int32), np.array([2, 1], np.int32))
+
+    def f(x, w, p):
+        return F.conv3d(x, w, padding=1).sum() + F.ctc_loss(p, *args, blank=0)
+
+    want = f(x, w, probs).item()
+    assert abs(partial_trace(f)(x, w, probs).item() - want) < 1e-4 * abs(want)
