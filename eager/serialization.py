@@ -7,6 +7,11 @@ A save writes a temporary file of its own in the target's folder, named
 writers racing on one path (threads or processes) the last to finish wins. A writer killed
 mid-save (`kill -9`, power loss) leaves its temp behind; the next save to that path removes the
 temps whose writer is gone, which the host and pid in their names tell.
+
+`load` also reads what MegEngine and PyTorch write, telling the format by content: pickles
+(`megengine.save`, PyTorch's legacy `torch.save`) through a restricted unpickler that runs no
+code (`pickle_reader`), PyTorch's zip (`torch_reader`) and safetensors (`safetensors_io`);
+`save(..., format="safetensors")` writes the last.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import pickle
 import re
 import secrets
 import socket
@@ -22,9 +28,11 @@ import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from . import safetensors_io, torch_reader
 from .checkpoint_format import MAX_DEPTH, read
 from .checkpoint_format import write as _write
 from .errors import CheckpointError
+from .pickle_reader import is_pickle
 from .tensor_methods import TensorMethods
 
 __all__ = ["MAX_DEPTH", "load", "save"]
@@ -34,8 +42,12 @@ _LOCK = threading.Lock()  # orders creating a temp against another thread's swee
 _WRITING: set[str] = set()  # the temps this process is writing now
 
 
-def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
+def save(obj: Any, path: str | os.PathLike | BinaryIO, format: str | None = None) -> None:
     """Write `obj` (e.g. `{"model": net.state_dict(), "opt": opt.state_dict()}`) to `path`.
+
+    `format` is `"eager"` (nested dicts, lists and tuples of tensors, arrays and plain values)
+    or `"safetensors"` (a flat dict of named arrays such as a state dict, which PyTorch and
+    Hugging Face read); None picks `"safetensors"` for a name ending in `.safetensors`.
 
     >>> import eager as eg, tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "ckpt.eg")
@@ -43,15 +55,16 @@ def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
     >>> eg.load(p)["step"]
     3
     """
+    write = _writer(path, format)
     if hasattr(path, "write"):
-        _write(path, obj)  # type: ignore[arg-type]
+        write(path, obj)  # type: ignore[arg-type]
         return
     target = Path(path)
     _remove_stale_temps(target)
     tmp, fd = _create_temp(target)
     try:
         with open(fd, "wb") as f:
-            _write(f, obj)
+            write(f, obj)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -65,8 +78,21 @@ def save(obj: Any, path: str | os.PathLike | BinaryIO) -> None:
     _fsync_dir(target.parent)
 
 
+def _writer(path: Any, format: str | None) -> Any:
+    if format is None:
+        name = getattr(path, "name", "") if hasattr(path, "write") else os.fspath(path)
+        format = "safetensors" if str(name).endswith(".safetensors") else "eager"
+    if format not in ("eager", "safetensors"):
+        raise ValueError(f"eg.save: format must be 'eager' or 'safetensors', got {format!r}")
+    return safetensors_io.write if format == "safetensors" else _write
+
+
 def load(path: str | os.PathLike | BinaryIO, map_location: Any = None) -> Any:
-    """Read a checkpoint written by `save`. Raises `CheckpointError` for anything else.
+    """Read a checkpoint written by `save`, by `megengine.save` or `torch.save` (state dicts,
+    nested containers of tensors, arrays and numbers; MegEngine and PyTorch tensors load as
+    Tensors) or a safetensors file (a dict of Tensors). Raises `CheckpointError` for anything
+    else, and for a pickle naming any global but the few that rebuild arrays and tensors:
+    loading never runs code from the file.
 
     `map_location` (MegEngine's and PyTorch's argument) puts the tensors on a device: a device
     name (`"cpu0"`), or a dict from the device a tensor was saved from to the one to load it
@@ -98,14 +124,29 @@ def _mapped(obj: Any, location: Any) -> Any:
 def _load_from(f: BinaryIO, name: Any) -> Any:
     try:
         size = f.seek(0, os.SEEK_END)  # bounds every size the file declares
-        with zipfile.ZipFile(f) as z:
-            return read(z, size)
+        f.seek(0)
+        return _read(f, size)
     except CheckpointError as e:
         raise CheckpointError(f"eg.load({name}): {e}") from None
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, OverflowError, KeyError,
-            IndexError, TypeError, RecursionError) as e:
-        raise CheckpointError(f"eg.load({name}): not a readable eager checkpoint (truncated or "
-                              f"corrupt): {e}") from e
+            IndexError, TypeError, RecursionError, AttributeError, NotImplementedError,
+            pickle.UnpicklingError) as e:
+        raise CheckpointError(f"eg.load({name}): not a readable checkpoint (eager's, a "
+                              f"MegEngine or PyTorch file, safetensors), or truncated or "
+                              f"corrupt: {e}") from e
+
+
+def _read(f: BinaryIO, size: int) -> Any:
+    """The object in `f`, of `size` bytes, in whichever format its first bytes show."""
+    head = f.read(16)
+    f.seek(0)
+    if is_pickle(head):
+        return torch_reader.read_pickle(f.read())
+    if safetensors_io.is_safetensors(head, size):
+        return safetensors_io.read(f.read())
+    with zipfile.ZipFile(f) as z:
+        prefix = torch_reader.zip_prefix(z)
+        return read(z, size) if prefix is None else torch_reader.read_zip(z, prefix, size)
 
 
 # ----- temporary files --------------------------------------------------------------------------

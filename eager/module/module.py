@@ -169,9 +169,14 @@ class Module:
         Shapes must match, with one exception: a 1-d tensor of C elements also accepts an array
         of shape (1, C, 1, ..., 1), the layout in which MegEngine stores per-channel vectors
         (BatchNorm statistics and affine parameters, convolution biases), so MegEngine state
-        dicts load. `state_dict()` keeps the 1-d shape. With `strict`, missing or unexpected
-        names raise `KeyError`.
+        dicts load. `state_dict()` keeps the 1-d shape. MegEngine's other layouts (grouped
+        conv weights, flattened LayerNorm, packed RNN and attention weights) are converted and
+        PyTorch's `num_batches_tracked` dropped, see `eager.module.foreign_layouts`. With
+        `strict`, missing or unexpected names raise `KeyError`.
         """
+        from .foreign_layouts import convert  # it imports the layers, which import this module
+
+        state = convert(self, state)
         own = dict(self.named_parameters()) | dict(self.named_buffers())
         with context.atomic():  # all loaded, or (Ctrl-C before it starts) none
             self._load(own, state, strict)

@@ -11,12 +11,11 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from .. import context
 from ..amp_policy import pending_skip
 from ..device import commit
-from ..errors import OpArgumentError
+from ..errors import CheckpointError, OpArgumentError
+from ..module.foreign_layouts import fit
 from ..ops import OPS
 from ..tensors import Tensor, apply, rebind
 
@@ -177,24 +176,41 @@ class Optimizer:
         sizes = [len(g["params"]) for g in groups]
         if sizes != [len(g["params"]) for g in self.param_groups]:
             raise ValueError(f"load_state_dict: saved param groups of sizes {sizes} do not match "
-                             "this optimizer's")
+                             "this optimizer's (a MegEngine RNN, LSTM or MultiHeadAttention "
+                             "packs its weights into one parameter, which has no single "
+                             "counterpart here)")
         params = [p for g in self.param_groups for p in g["params"]]
         with context.atomic():
             self._load(groups, state, params)
 
     def _load(self, groups: list, state: dict[str, Any], params: list) -> None:
+        # every slot in the parameter's shape (MegEngine's layouts converted), checked before
+        # anything is changed
+        slots = [(int(i), k, fit(v, params[int(i)].shape))
+                 for i, saved in state["state"].items() for k, v in saved.items()]
+        for i, k, arr in slots:
+            if k in self.state[params[i]]:
+                _check_slot(k, i, arr.shape, self.state[params[i]][k].shape, params[i].shape)
         for g, own in zip(groups, self.param_groups):
             own.update({k: (tuple(v) if isinstance(v, list) else v)
                         for k, v in g.items() if k != "params"})
-        for i, saved in state["state"].items():
-            own_state = self.state[params[int(i)]]
-            for k, v in saved.items():
-                arr = np.asarray(v.numpy() if isinstance(v, Tensor) else v)
-                if k in own_state:
-                    old = own_state[k]._data
-                    rebind(own_state[k], commit(arr.astype(old.dtype), like=old))
-                else:
-                    own_state[k] = Tensor(arr)
+        for i, k, arr in slots:
+            own_state = self.state[params[i]]
+            if k in own_state:
+                old = own_state[k]._data
+                rebind(own_state[k], commit(arr.astype(old.dtype), like=old))
+            else:
+                own_state[k] = Tensor(arr)
+
+
+def _check_slot(key: str, i: int, got: tuple, want: tuple, param: tuple) -> None:
+    if got != want:
+        raise CheckpointError(
+            f"load_state_dict: state {key!r} of parameter {i} has shape {got}, but this "
+            f"optimizer's parameter {i} (shape {param}) keeps it as {want}. The state is matched "
+            "to the parameters by position; MegEngine numbers a module's parameters in the "
+            "order of their sorted names, so for a MegEngine checkpoint build the optimizer "
+            "over `[p for _, p in sorted(net.named_parameters())]`")
 
 
 def require(ok: bool, owner: str, name: str, value: Any, need: str) -> None:
