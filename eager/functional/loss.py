@@ -31,8 +31,11 @@ def _int_labels(fn: str, label: Any) -> Any:
     """`label` as int32 when it holds floats (MegEngine accepts float class labels). In eager
     code a fractional label raises OpArgumentError; in a capture the values are abstract and
     the cast truncates, as MegEngine does."""
-    dtype = np.dtype(getattr(label, "dtype", np.result_type(label)))
-    if dtype.kind != "f":
+    dtype = getattr(label, "dtype", None)
+    if dtype is None:  # a list or a number (numpy 2.5's result_type reads a list as a dtype)
+        label = np.asarray(label)
+        dtype = label.dtype
+    if np.dtype(dtype).kind != "f":
         return label
     if current() is None:
         host = host_values(label)

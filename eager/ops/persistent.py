@@ -77,7 +77,13 @@ def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict 
     if not _plain_value(key) or not _plain_value(options):
         return None
     if not _ARRAY:
-        _ARRAY.append(type(jax.numpy.zeros(())))
+        # evaluated now even when the first wrap happens in a trace (jax 0.11 stages a
+        # constant made there: its type would be the tracer's, and tracers would be keyed)
+        with jax.ensure_compile_time_eval():
+            concrete = jax.device_put(0.0)
+        if isinstance(concrete, jax.core.Tracer):
+            return None
+        _ARRAY.append(type(concrete))
 
     def own(*args: Any) -> Any:
         return fn(*args)

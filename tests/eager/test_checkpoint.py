@@ -473,9 +473,13 @@ def test_overlapping_entries_cannot_multiply_what_is_read(tmp_path):
         ["arrays/0", "arrays/1", "manifest.json"], [outer, big, manifest], offsets)]
     path = tmp_path / "overlap.eg"
     path.write_bytes(_raw_zip([body], central))
-    with zipfile.ZipFile(path) as z:  # the trick is valid zip: each entry reads on its own
-        assert z.read("arrays/0") == outer and z.read("arrays/1") == big
-    with pytest.raises(eg.CheckpointError, match="more than the"):
+    try:
+        with zipfile.ZipFile(path) as z:  # the trick is valid zip: each entry reads on its own
+            assert z.read("arrays/0") == outer and z.read("arrays/1") == big
+        refusal = "more than the"  # eager's own bound on what is read
+    except zipfile.BadZipFile:  # Python >= 3.12's zipfile finds overlapping entries itself
+        refusal = "Overlapped entries"
+    with pytest.raises(eg.CheckpointError, match=refusal):
         eg.load(path)
 
 

@@ -154,6 +154,18 @@ def test_what_cannot_be_keyed_runs_through_the_plain_jit(cache):
     assert len(list(cache.iterdir())) == 1
 
 
+def test_a_first_wrap_inside_a_trace_keys_concrete_arrays_only(cache, monkeypatch):
+    """The wrapper learns jax's array type at its first use; made in a trace, a constant is a
+    tracer (the GPU run met this: every later traced call went to a compiled executable)."""
+    monkeypatch.setattr(P, "_ARRAY", [])
+    op = fresh_op()
+    traced = jax.jit(lambda v: op.jitted((("a", 2.0),))(v, v))(jnp.ones(3))
+    np.testing.assert_allclose(traced, 2.0 + np.sin(1.0), rtol=1e-6)
+    assert not issubclass(P._ARRAY[0], jax.core.Tracer)
+    again = jax.jit(lambda v: op.jitted((("a", 2.0),))(v, v))(jnp.ones(3) * 2)
+    np.testing.assert_allclose(again, 4.0 + np.sin(2.0), rtol=1e-6)
+
+
 def test_ranks_of_a_distributed_run_keep_plain_jits(cache, monkeypatch):
     """Ranks share the cache directory but not devices: an executable one rank stored would
     address another's device."""
