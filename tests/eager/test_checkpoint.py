@@ -476,10 +476,9 @@ def test_overlapping_entries_cannot_multiply_what_is_read(tmp_path):
     try:
         with zipfile.ZipFile(path) as z:  # the trick is valid zip: each entry reads on its own
             assert z.read("arrays/0") == outer and z.read("arrays/1") == big
-        refusal = "more than the"  # eager's own bound on what is read
     except zipfile.BadZipFile:  # Python >= 3.12's zipfile finds overlapping entries itself
-        refusal = "Overlapped entries"
-    with pytest.raises(eg.CheckpointError, match=refusal):
+        pass
+    with pytest.raises(eg.CheckpointError, match="more than the"):  # eager's own bound
         eg.load(path)
 
 

@@ -219,8 +219,8 @@ def test_each_manager_of_a_group_backwards_the_same_output():
         g1.backward(y)
         g2.backward(y)
     av, bv = np.array([1.0, 2.0]), np.array([3.0, 4.0])
-    np.testing.assert_allclose(a.grad.numpy(), bv * (np.cos(av) * av + np.sin(av)), rtol=1e-6)
-    np.testing.assert_allclose(b.grad.numpy(), np.sin(av) * av, rtol=1e-6)
+    np.testing.assert_allclose(a.grad.numpy(), bv * (np.cos(av) * av + np.sin(av)), rtol=1e-5)
+    np.testing.assert_allclose(b.grad.numpy(), np.sin(av) * av, rtol=1e-5)
     with g1:  # alone, a manager frees the graph at its backward
         y = (a * a).sum()
         g1.backward(y)
