@@ -162,12 +162,23 @@ class Optimizer:
         for t, n in zip(tensors, new):
             rebind(t, n._data)
 
+    # hyper-parameters MegEngine's optimizer of the same name lacks: left out of `state_dict()`
+    # while at these values, so MegEngine's `load_state_dict` (which wants its own keys) reads it
+    megengine_absent: dict[str, Any] = {}
+
     def state_dict(self) -> dict[str, Any]:
-        """{"param_groups": hyper-parameters with parameter indices, "state": index -> arrays}."""
+        """{"param_groups": hyper-parameters with parameter indices, "state": index -> arrays},
+        in MegEngine's layout (its group keys; a step count is a float32 scalar, as MegEngine
+        and PyTorch keep it), which MegEngine's `load_state_dict` reads. A parameter without
+        state has an empty entry: MegEngine writes none for plain SGD and then cannot load its
+        own file (KeyError), while it loads one with the entries."""
         index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
-        groups = [{**{k: v for k, v in g.items() if k != "params"},
+        absent = self.megengine_absent
+        groups = [{**{k: v for k, v in g.items()
+                      if k != "params" and not (k in absent and v == absent[k])},
                    "params": [index[id(p)] for p in g["params"]]} for g in self.param_groups]
-        state = {index[id(p)]: {k: t.numpy() for k, t in s.items()} for p, s in self.state.items()}
+        state = {index[id(p)]: {k: _saved(k, t) for k, t in s.items()}
+                 for p, s in self.state.items()}
         return {"param_groups": groups, "state": state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -201,6 +212,11 @@ class Optimizer:
                 rebind(own_state[k], commit(arr.astype(old.dtype), like=old))
             else:
                 own_state[k] = Tensor(arr)
+
+
+def _saved(key: str, t: Tensor) -> Any:
+    value = t.numpy()
+    return value.astype("float32") if key == "step" else value
 
 
 def _check_slot(key: str, i: int, got: tuple, want: tuple, param: tuple) -> None:

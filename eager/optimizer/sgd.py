@@ -18,6 +18,7 @@ class SGD(Optimizer):
     """
 
     structural_hypers = ("momentum",)
+    megengine_absent = {"nesterov": False}  # MegEngine's SGD has no nesterov
 
     def __init__(self, params: Iterable[Any], lr: float, momentum: float = 0.0,
                  nesterov: bool = False, weight_decay: float = 0.0):

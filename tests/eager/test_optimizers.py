@@ -425,3 +425,22 @@ def test_scheduler_keeps_initial_lr_as_base():
     sched = lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     assert sched.base_lrs == [0.1, 0.4]
     assert sched.get_last_lr() == pytest.approx([0.1, 0.4])
+
+
+def test_state_dicts_use_megengines_layout():
+    """What MegEngine's load_state_dict reads (tests/parity checks it resumes from one): its
+    group keys, a float32 step, an entry per parameter."""
+    p = eg.Parameter(eg.ones(2))
+    for opt, keys in ((optim.SGD([p], lr=0.1), {"lr", "momentum", "weight_decay", "params"}),
+                      (optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True),
+                       {"lr", "momentum", "nesterov", "weight_decay", "params"}),
+                      (optim.Adam([p], lr=0.1), {"lr", "betas", "eps", "weight_decay", "params"})):
+        p.grad = eg.ones(2)
+        opt.step()
+        state = opt.state_dict()
+        assert set(state["param_groups"][0]) == keys and list(state["state"]) == [0]
+        if "step" in state["state"][0]:
+            assert state["state"][0]["step"].dtype == np.float32
+        again = type(opt)([eg.Parameter(eg.ones(2))], lr=0.5)
+        again.load_state_dict(state)
+        assert again.param_groups[0]["lr"] == 0.1
