@@ -1,0 +1,83 @@
+"""MegEngine 1.13's own CPU defects, kept as evidence rather than copied (`megengine_bug`): each
+case returns what the framework computed (`got`) and an independent reference (`want`) made in
+the case from the framework's own forward values or from numpy, and the test checks that this
+project matches the reference and MegEngine does not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from parity_cases import case, data
+
+
+def _finite_difference(loss: Any, x: np.ndarray, points: list) -> np.ndarray:
+    """Central differences of `loss` (numpy in, float out) at the given flat positions."""
+    out = []
+    for i in points:
+        hi, lo = x.copy(), x.copy()
+        hi.flat[i] += 1e-2
+        lo.flat[i] -= 1e-2
+        out.append((loss(hi) - loss(lo)) / 2e-2)
+    return np.array(out, "float32")
+
+
+def _recurrent_grads(kind: str) -> dict:
+    """Input gradients of a one-layer `kind` by autodiff and by finite differences of the
+    forward (an RNN's agreed in MegEngine 1.13 when checked so; an LSTM's did not)."""
+    import megengine as mge
+    import megengine.module as M
+    from megengine.autodiff import GradManager
+
+    net = getattr(M, kind)(3, 4)
+    w = mge.tensor(data(5, 2, 4, seed=3))
+
+    def loss(x: np.ndarray) -> float:
+        out = net(mge.tensor(x))[0]
+        return float((out * w).sum().numpy())
+
+    x = data(5, 2, 3, seed=2)
+    xt = mge.tensor(x)
+    gm = GradManager().attach([xt])
+    with gm:
+        gm.backward((net(xt)[0] * w).sum())
+    points = [0, 7, 13, 29]
+    return {"got": xt.grad.numpy().ravel()[points], "want": _finite_difference(loss, x, points)}
+
+
+@case(rtol=2e-2, atol=2e-3, megengine_bug="the fused LSTM's backward gives wrong input "
+      "gradients on the CPU")
+def lstm_input_gradient() -> dict:
+    return _recurrent_grads("LSTM")
+
+
+@case(rtol=1e-4, atol=1e-6, megengine_bug="LAMB fails at its first step on 1.13's CPU wheel "
+      "(TypeError: Optimizer._add_state() got an unexpected keyword argument 'dtype')")
+def lamb_step() -> dict:
+    import megengine as mge
+    import megengine.optimizer as optim
+
+    p0 = np.array([0.3, -0.2, 0.25, 0.1], "float32")
+    g = np.array([0.05, 0.02, -0.04, 0.01], "float32")
+    p = mge.Parameter(p0)
+    opt = optim.LAMB([p], lr=0.1, weight_decay=0.1)
+    p.grad = mge.tensor(g)
+    opt.step()
+    # the same rule in float64 numpy: Adam's first step direction plus decoupled decay,
+    # scaled by |p| / |r|
+    m, v = 0.1 * g, 0.001 * g.astype("float64") ** 2
+    r = (m / 0.1) / (np.sqrt(v / 0.001) + 1e-8) + 0.1 * p0
+    want = p0 - 0.1 * (np.linalg.norm(p0) / np.linalg.norm(r)) * r
+    return {"got": p.numpy(), "want": want.astype("float32")}
+
+
+@case(rtol=1e-3, atol=1e-3, megengine_bug="max_pool2d of a float16 input returns wrong "
+      "values on the CPU")
+def max_pool_float16() -> dict:
+    import megengine as mge
+    import megengine.functional as F
+
+    x = data(1, 2, 6, 6, seed=5).astype("float16")
+    got = F.max_pool2d(mge.tensor(x), 2).numpy().astype("float32")
+    want = x.astype("float32").reshape(1, 2, 3, 2, 3, 2).max(axis=(3, 5))
+    return {"got": got, "want": want}
