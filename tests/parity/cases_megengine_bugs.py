@@ -81,3 +81,32 @@ def max_pool_float16() -> dict:
     got = F.max_pool2d(mge.tensor(x), 2).numpy().astype("float32")
     want = x.astype("float32").reshape(1, 2, 3, 2, 3, 2).max(axis=(3, 5))
     return {"got": got, "want": want}
+
+
+@case(rtol=1e-5, atol=1e-6, megengine_bug="a partial_trace'd forward with BatchNorm in "
+      "training mode fails at its second call (AssertionError in the traced call; without "
+      "capture_as_const it refuses the module's tensors)")
+def partial_trace_batchnorm_statistics() -> dict:
+    import megengine as mge
+    import megengine.module as M
+    from megengine.jit import partial_trace
+
+    class Net(M.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = M.BatchNorm2d(3)
+
+        @partial_trace(capture_as_const=True)
+        def forward(self, x: Any) -> Any:
+            return self.bn(x)
+
+    net = Net()
+    batches = [data(4, 3, 2, 2, seed=s) for s in range(3)]
+    for b in batches:
+        net(mge.tensor(b))
+    mean, var = np.zeros(3), np.ones(3)
+    for b in batches:  # MegEngine's momentum 0.9 and the unbiased batch variance
+        mean = 0.9 * mean + 0.1 * b.mean(axis=(0, 2, 3))
+        var = 0.9 * var + 0.1 * b.var(axis=(0, 2, 3), ddof=1)
+    return {"got": [net.bn.running_mean.numpy().ravel(), net.bn.running_var.numpy().ravel()],
+            "want": [mean.astype("float32"), var.astype("float32")]}
