@@ -78,7 +78,9 @@ def _build_whole(low, poison_step=-1):
     return build
 
 
-@pytest.mark.parametrize("low", ["float16", "bfloat16"])
+# slow set (float16; bfloat16 stays): the README's command ran 11:14 in a fresh-clone CI run of
+# this stop's tree
+@pytest.mark.parametrize("low", [pytest.param("float16", marks=pytest.mark.slow), "bfloat16"])
 def test_a_split_step_under_autocast_trains_like_eager(low):
     world = check_against_eager(_build_split(low), steps=3, rtol=TOLERANCE[low],
                                 atol=TOLERANCE[low])

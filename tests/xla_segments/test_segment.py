@@ -237,6 +237,8 @@ def _train(seg, args):
     return outs, bwd(residuals, (jnp.float32(1.0),))
 
 
+# slow set: the README's command ran 11:14 in a fresh-clone CI run of this stop's tree
+@pytest.mark.slow
 def test_remat_keeps_values_and_gradients_and_shrinks_residuals():
     args = _mlp_inputs()
     plain = Segment(_mlp, args)
