@@ -2,8 +2,8 @@
 zip and legacy files and safetensors without running code from them; `load_state_dict` converts
 MegEngine's layouts; optimizer state from MegEngine loads and steps on as MegEngine does.
 
-The MegEngine fixtures in `data/megengine/` were written by real MegEngine 1.13 (`make.py`
-there regenerates them), the PyTorch ones in `data/torch/` by torch (`make.py` too), so these
+The MegEngine fixtures in `data/megengine_files/` were written by real MegEngine 1.13 (`make.py`
+there regenerates them), the PyTorch ones in `data/torch_files/` by torch (`make.py` too), so these
 tests need neither. Tests that run torch itself skip without it.
 """
 
@@ -28,8 +28,8 @@ import eager.optimizer as optim
 from eager.autodiff import GradManager
 
 DATA = Path(__file__).resolve().parent / "data"
-MGE = DATA / "megengine"
-TORCH = DATA / "torch"
+MGE = DATA / "megengine_files"
+TORCH = DATA / "torch_files"
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def test_plain_pickles_of_arrays_and_containers_load(protocol, tmp_path):
 
 # ----- MegEngine ---------------------------------------------------------------------------------
 class ConvNet(M.Module):
-    """The network of `data/megengine/make.py`, in eager's modules."""
+    """The network of `data/megengine_files/make.py`, in eager's modules."""
 
     def __init__(self):
         super().__init__()

@@ -1,7 +1,7 @@
 """Regenerate the MegEngine fixtures of `tests/eager/test_foreign_checkpoints.py` with real
 MegEngine 1.13 (the project's tests read them without MegEngine):
 
-    cd /tmp && /path/to/megengine-python /work/main/tests/eager/data/megengine/make.py
+    cd /tmp && /path/to/megengine-python /work/main/tests/eager/data/megengine_files/make.py
 
 Each `<name>.mge` is written by `megengine.save`, as a user would write it; `expected.npz` holds
 the inputs and MegEngine's outputs (numpy's own format, read with `allow_pickle=False`).

@@ -1,7 +1,7 @@
 """Regenerate the PyTorch fixtures of `tests/eager/test_foreign_checkpoints.py` with torch (the
 project's tests read them without torch):
 
-    python tests/eager/data/torch/make.py
+    python tests/eager/data/torch_files/make.py
 
 `small.pt` is `torch.save(model.state_dict())` of the conv net of the MegEngine fixtures
 (grouped, depthwise and grouped transposed convolutions, BatchNorm, so `num_batches_tracked`);
@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 
 
 class ConvNet(torch.nn.Module):
-    """The network of `data/megengine/make.py` and of the test, in torch.nn."""
+    """The network of `data/megengine_files/make.py` and of the test, in torch.nn."""
 
     def __init__(self):
         super().__init__()
