@@ -264,13 +264,14 @@ def finish(obj: Any) -> Any:
 
 class _Finisher:
     def __init__(self) -> None:
-        self.done: dict[int, Any] = {}
+        # id -> (the object, its value): holding the object keeps its id from being reused
+        self.done: dict[int, tuple[Any, Any]] = {}
 
     def run(self, obj: Any, depth: int) -> Any:
         if isinstance(obj, _PLAIN):
             return obj
         if id(obj) in self.done:
-            return self.done[id(obj)]
+            return self.done[id(obj)][1]
         if depth >= MAX_DEPTH:
             raise CheckpointError(f"the pickle nests containers more than {MAX_DEPTH} deep, "
                                   "or contains itself")
@@ -283,7 +284,7 @@ class _Finisher:
             value = kind((self.key(k), self.run(v, depth + 1)) for k, v in dict.items(obj))
         else:
             raise refuse(f"the pickle holds a {kind.__name__}")
-        self.done[id(obj)] = value
+        self.done[id(obj)] = (obj, value)
         return value
 
     def key(self, k: Any) -> Any:

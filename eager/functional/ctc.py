@@ -16,12 +16,9 @@ from ..index_checks import check_range, host_values
 from ..op_errors import bad_argument
 from ..ops import OPS
 from ..tensors import Tensor, apply
+from .shape import _t
 
 _REDUCTIONS = ("mean", "sum", "none")
-
-
-def _t(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x)
 
 
 def ctc_loss(pred: Any, pred_lengths: Any, label: Any, label_lengths: Any, blank: int = 0,

@@ -20,10 +20,7 @@ from ..errors import OpTypeError
 from ..op_errors import bad_argument
 from ..ops import OPS
 from ..tensors import Tensor, apply
-
-
-def _t(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x)
+from .shape import _t
 
 
 def _is_int(v: Any) -> bool:

@@ -12,11 +12,9 @@ from ..errors import OpTypeError
 from ..index_checks import host_values
 from ..op_errors import bad_argument, number
 from ..ops import OPS
+from ..ops.nn import adaptive_window
 from ..tensors import Tensor, apply
-
-
-def _t(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x)
+from .shape import _t
 
 
 def _ints(fn: str, name: str, v: Any, n: int) -> tuple[int, ...]:
@@ -72,8 +70,7 @@ def adaptive_max_pool2d(x: Any, oshp: Any) -> Tensor:
     if any(o < 1 or o > n for o, n in zip(out, x.shape[2:])):
         raise bad_argument(f"adaptive_max_pool2d: oshp={out} must lie between (1, 1) and the "
                            f"input's spatial size {x.shape[2:]} (input shape {x.shape}).")
-    stride = tuple(n // o for n, o in zip(x.shape[2:], out))
-    kernel = tuple(n - (o - 1) * s for n, o, s in zip(x.shape[2:], out, stride))
+    kernel, stride = adaptive_window(x.shape[2:], out)
     return apply(OPS["max_pool2d"], x, kernel=kernel, stride=stride, padding=(0, 0))
 
 

@@ -129,14 +129,21 @@ def avg_pool2d(x, *, kernel, stride, padding, count_padding):
     return total / _window(ones, np.array(0, x.dtype), lax.add, kernel, stride, padding)
 
 
+def adaptive_window(in_shape, out_shape):
+    """(kernel, stride) of MegEngine's adaptive bins over the spatial sizes `in_shape` for the
+    output sizes `out_shape`: along an axis of n values, output i covers [i * s, i * s + k),
+    s = n // o, k = n - (o - 1) * s."""
+    stride = tuple(n // o for n, o in zip(in_shape, out_shape))
+    return tuple(n - (o - 1) * st for n, o, st in zip(in_shape, out_shape, stride)), stride
+
+
 @defop("adaptive_avg_pool2d")
 def adaptive_avg_pool2d(x, *, out_shape):
     """MegEngine's adaptive bins: along an axis of n values, output i averages
     [i * s, i * s + k), s = n // o, k = n - (o - 1) * s: a pooling window (bins may overlap;
     PyTorch's bins differ where o does not divide n). A window the channels-last rewrite of
     compiled regions keeps channels-last."""
-    stride = tuple(n // o for n, o in zip(x.shape[2:], out_shape))
-    k = tuple(n - (o - 1) * st for n, o, st in zip(x.shape[2:], out_shape, stride))
+    k, stride = adaptive_window(x.shape[2:], out_shape)
     return _window(x, np.array(0, x.dtype), lax.add, k, stride, (0, 0)) / (k[0] * k[1])
 
 

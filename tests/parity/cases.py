@@ -355,16 +355,17 @@ def _train(model: Any, opt_name: str, steps: int, shape: tuple, classes: int) ->
     return {"losses": np.array(losses, dtype="float32"), "state": state}
 
 
-def _set_weights(model: Any, seed: int) -> None:
+def set_weights(model: Any, seed: int, scale: float = 0.3) -> None:
     """Deterministic weights, the same on both sides (their initializers draw differently):
-    parameters in sorted name order, each drawn at its size (layouts may differ, sizes not)."""
+    parameters in sorted name order, each drawn at its size (layouts may differ, sizes not);
+    the buffers stay as built."""
     rng = np.random.RandomState(seed)
     params = dict(model.named_parameters())
     state = {}
     for name, value in sorted(model.state_dict().items()):
         value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
         if name in params:
-            value = (rng.standard_normal(value.shape) * 0.3).astype("float32")
+            value = (rng.standard_normal(value.shape) * scale).astype("float32")
         state[name] = value
     model.load_state_dict(state)
 
@@ -376,7 +377,7 @@ def mlp_training_every_optimizer() -> dict:
     out = {}
     for name in ("sgd", "adam", "adamw", "adagrad", "adadelta"):
         model = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 3))
-        _set_weights(model, 1)
+        set_weights(model, 1)
         out[name] = _train(model, name, 10, (8, 6), 3)
     return out
 
@@ -391,7 +392,7 @@ def cnn_with_batchnorm_training() -> dict:
 
     model = M.Sequential(M.Conv2d(2, 4, 3, padding=1), M.BatchNorm2d(4), M.ReLU(), Flat(),
                          M.Linear(4 * 5 * 5, 3))
-    _set_weights(model, 2)
+    set_weights(model, 2)
     return _train(model, "sgd", 8, (6, 2, 5, 5), 3)
 
 

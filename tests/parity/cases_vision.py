@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from parity_cases import case, data, grads
+from parity_cases import case, data, grads, set_weights
 
 
 def _probs(t: int, n: int, c: int, seed: int) -> np.ndarray:
@@ -32,19 +32,6 @@ def _state(model: Any) -> dict:
     """The state dict, flattened: per-channel vectors are (C,) here, (1, C, 1, 1) there."""
     return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v).ravel()
             for k, v in model.state_dict().items()}
-
-
-def _load(model: Any, seed: int) -> None:
-    """Deterministic parameters (each drawn at its own size), the buffers left as built."""
-    rng = np.random.RandomState(seed)
-    params = dict(model.named_parameters())
-    state = {}
-    for name, value in sorted(model.state_dict().items()):
-        value = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-        if name in params:
-            value = (rng.standard_normal(value.shape) * 0.5).astype("float32")
-        state[name] = value
-    model.load_state_dict(state)
 
 
 def _module_grads(model: Any, x: np.ndarray) -> dict:
@@ -238,15 +225,15 @@ def vision_layers_forward_and_grads() -> dict:
                         "pixel_shuffle": M.PixelShuffle(2),
                         "lrn": M.LocalResponseNorm(3, 1.0, 0.01, 0.5),
                         "adaptive_max_pool": M.AdaptiveMaxPool2d((3, 2))}.items():
-        _load(model, 1)
+        set_weights(model, 1, 0.5)
         out[name] = _module_grads(model, x)
     conv3d = M.Conv3d(2, 4, (2, 3, 1), stride=(1, 2, 1), padding=(1, 0, 0))
-    _load(conv3d, 2)
+    set_weights(conv3d, 2, 0.5)
     out["conv3d"] = _module_grads(conv3d, data(2, 2, 3, 5, 4))
     # grouped: MegEngine's weight is (groups, out/groups, in/groups, ...), here (out,
-    # in/groups, ...); `_load` draws the same values for both (row-major, same size)
+    # in/groups, ...); `set_weights` draws the same values for both (row-major, same size)
     grouped = M.Conv3d(4, 6, (2, 1, 2), padding=1, groups=2)
-    _load(grouped, 3)
+    set_weights(grouped, 3, 0.5)
     out["conv3d_grouped"] = _module_grads(grouped, data(1, 4, 2, 3, 3))
     return out
 
@@ -259,7 +246,7 @@ def conv2d_padding_modes() -> dict:
     for mode in ("zeros", "reflect", "replicate"):
         for name, cls in {"conv": M.Conv2d, "conv_relu": M.ConvRelu2d}.items():
             model = cls(3, 4, 3, stride=(1, 2), padding=(2, 1), padding_mode=mode)
-            _load(model, 3)
+            set_weights(model, 3, 0.5)
             out[f"{name}/{mode}"] = _module_grads(model, data(2, 3, 6, 5))
     return out
 
@@ -281,7 +268,7 @@ def conv_bn_training_and_eval() -> dict:
     out = {}
     for name, cls in {"conv_bn": M.ConvBn2d, "conv_bn_relu": M.ConvBnRelu2d}.items():
         model = cls(3, 4, 3, padding=1, momentum=0.8, padding_mode="replicate")
-        _load(model, 4)
+        set_weights(model, 4, 0.5)
         steps = [_module_grads(model, data(2, 3, 5, 5, seed=s)) for s in (1, 2)]
         model.eval()
         out[name] = {"train": steps, "eval": model(mge.tensor(data(2, 3, 5, 5, seed=3))).numpy(),
