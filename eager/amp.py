@@ -147,7 +147,7 @@ class GradScaler:
                  unscale_grad: bool = True, update_scale: bool = True) -> None:
         """`gm.backward(y, dy)` on the loss times the scale; then, with `unscale_grad`,
         `unscale(gm.attached_tensors())` and, with `update_scale` too, `update()`."""
-        ys = list(y) if isinstance(y, (list, tuple)) else [y]
+        ys = [y] if isinstance(y, Tensor) else list(y)
         dys = [F.ones_like(t) for t in ys] if dy is None else (
             list(dy) if isinstance(dy, (list, tuple)) else [dy])
         gm.backward(ys, [_cast_like(d * self._scale, t) for d, t in zip(dys, ys)])
@@ -164,7 +164,7 @@ class GradScaler:
         if not tensors:
             return grad_tensors
         inv = 1.0 / self._scale
-        grads = [_cast_like(t.grad * inv, t.grad) for t in tensors]
+        grads = [_cast_like(g * inv, g) for t in tensors if (g := t.grad) is not None]
         total = (grads[0] * 0).sum()  # nan exactly when some gradient has an inf or a nan
         for g in grads[1:]:
             total = total + (g * 0).sum()
@@ -195,8 +195,10 @@ class GradScaler:
         if self._found is not None:
             scale = F.where(self._found, self._scale * self.backoff_factor, scale)
             reset = F.logical_or(self._found, grow)
-        rebind(self._scale, scale._data)
-        rebind(self._tracker, F.where(reset, F.zeros_like(grown), grown)._data)
+        tracker = F.where(reset, F.zeros_like(grown), grown)
+        with context.atomic():  # the scale and its counter together
+            rebind(self._scale, scale._data)
+            rebind(self._tracker, tracker._data)
         self._found = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -214,8 +216,10 @@ class GradScaler:
         self._assign(state["scale_factor"], state["_growth_tracker"])
 
     def _assign(self, scale: float, tracker: int) -> None:
-        rebind(self._scale, Tensor(np.float32(scale))._data)
-        rebind(self._tracker, Tensor(np.int32(tracker))._data)
+        new_scale, new_tracker = Tensor(np.float32(scale)), Tensor(np.int32(tracker))
+        with context.atomic():
+            rebind(self._scale, new_scale._data)
+            rebind(self._tracker, new_tracker._data)
 
     def __repr__(self) -> str:
         return (f"GradScaler(growth_factor={self.growth_factor}, backoff_factor="

@@ -155,7 +155,7 @@ class GradManager:
         """Start recording operations on attached tensors."""
         if self._recording:
             raise BackwardError("GradManager.record() called while it is already recording")
-        with context.atomic():  # a Ctrl-C lands before or after, never half-way
+        with context.atomic():  # a signal's handler runs before or after, never half-way
             self._recording = True
             self._freed_by_backward = False
             self._start = next(_starts)
@@ -163,15 +163,16 @@ class GradManager:
             tape.change(recording=1)
             self._tracking = [weakref.ref(t) for t, _ in self._entries() if _wants_grad(t)]
             for ref in self._tracking:
-                ref()._tracked += 1
-        if (h := context.current()) is not None:
-            h.recording(self, True)
+                if (t := ref()) is not None:  # not collected since `_entries()` returned it
+                    t._tracked += 1
+            if (h := context.current()) is not None:
+                h.recording(self, True)
 
     def release(self) -> None:
         """Stop recording (idempotent). Graph nodes die with the tensors that hold them."""
-        if not self._recording:
-            return
         with context.atomic():
+            if not self._recording:
+                return
             self._recording = False
             _OPEN.set(tuple(s for s in _OPEN.get() if s != self._start))
             tape.change(recording=-1)
@@ -179,21 +180,30 @@ class GradManager:
                 if (t := ref()) is not None:
                     t._tracked -= 1
             self._tracking = []
-        if (h := context.current()) is not None:
-            h.recording(self, False)
+            if (h := context.current()) is not None:
+                h.recording(self, False)
+
+    def _stop(self) -> None:
+        """`release()`, even when a signal's handler raises as it begins (before its commit
+        starts): it is finished, then the exception goes on. The next `with gm:` works."""
+        try:
+            self.release()
+        finally:
+            if self._recording:
+                self.release()
 
     def __enter__(self) -> GradManager:
         already = self._recording
         try:
             self.record()
-        except BaseException:  # a Ctrl-C (or a capture's refusal) right after recording began:
+        except BaseException:  # a signal (or a capture's refusal) right after recording began:
             if not already:  # the `with` body never runs, so neither would __exit__
-                self.release()
+                self._stop()
             raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        self._stop()
 
     def __or__(self, other: GradManager | GradManagerGroup) -> GradManagerGroup:
         """`gm1 | gm2`: a group whose `with` records both (MegEngine's GradManagerGroup)."""
@@ -237,8 +247,8 @@ class GradManager:
                 leaves = tape.backward(ys, cts, manager=self, free=len(_OPEN.get()) <= 1)
             self._accumulate(leaves)
         finally:
-            self.release()
             self._freed_by_backward = True
+            self._stop()
 
     def _nested(self) -> bool:
         """A manager that began recording before this one still records in this thread
@@ -316,20 +326,25 @@ class GradManagerGroup:
     __or__ = merge_with
 
     def __enter__(self) -> GradManagerGroup:
-        entered = []
+        before = [gm._recording for gm in self._gms]
         try:
             for gm in self._gms:
                 gm.__enter__()
-                entered.append(gm)
-        except BaseException:
-            for gm in reversed(entered):
-                gm.release()
+        except BaseException:  # those this block started stop again, whatever was interrupted
+            for gm, was in reversed(list(zip(self._gms, before))):
+                if not was:
+                    gm._stop()
             raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for gm in reversed(self._gms):
-            gm.release()
+        try:
+            for gm in reversed(self._gms):
+                gm._stop()
+        finally:  # a signal's handler raised between two of them: the rest stop too
+            for gm in reversed(self._gms):
+                if gm._recording:
+                    gm._stop()
 
 
 class Function:
@@ -389,7 +404,8 @@ _ONES: dict = {}
 def _one(shape: tuple, dtype: Any) -> Any:
     """The seed cotangent of a one-element loss: made once per shape, dtype and default device
     (creating it costs more than a small op's whole step; jax arrays are immutable)."""
-    key = (shape, np.dtype(dtype), jax.config.jax_default_device)
+    # jax's options are dynamic attributes of `jax.config`, which its annotations do not declare
+    key = (shape, np.dtype(dtype), jax.config.jax_default_device)  # type: ignore[attr-defined]
     one = _ONES.get(key)
     if one is None:
         if len(_ONES) > 64:

@@ -1,5 +1,5 @@
 """Per-thread execution context: the capture observing eager execution, the structure epoch, and
-commits that a Ctrl-C cannot cut in half.
+commits that no signal handler can cut in half.
 
 The capture hooks are held in a `contextvars.ContextVar`, so a capture running in one thread never
 sees eager code running in another (each thread starts with no capture). The tape's recording
@@ -15,8 +15,9 @@ from __future__ import annotations
 import _signal  # signal.getsignal without its enum conversion (2 us per call, on every commit)
 import contextvars
 import signal
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -32,7 +33,7 @@ class CaptureHooks:
     # padded to a fixed capacity (eager/ragged.py), instead of a host read of the mask.
     traced_lengths = False
 
-    def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
+    def defer(self, op: Any, attrs: tuple, inputs: Sequence) -> Any:
         """With `defers` set: return the Tensor (or tuple of Tensors, for multi-output ops)
         that `op` with static attributes `attrs` (a tuple of (name, value)) would return for
         `inputs`, without the dispatcher computing it."""
@@ -150,30 +151,82 @@ def epoch() -> int:
 
 
 # ----- commits ---------------------------------------------------------------------------------
-# Signals reach only the main thread, so this state is the main thread's. While `_deferring`, the
-# SIGINT handler installed by `atomic` notes a Ctrl-C instead of passing it to the handler it
-# wraps (`_wrapped`, Python's default raises KeyboardInterrupt); the note is acted on when the
-# outermost block ends. The handler stays installed between blocks (swapping it per block costs
-# two system calls); a handler the program installs later is wrapped in turn at the next block.
+# Note [deferred signals]
+# A Python signal handler runs in the main thread at the interpreter's next check, wherever that
+# is; one that raises (Ctrl-C's KeyboardInterrupt, a SIGTERM handler's SystemExit, a SIGALRM
+# timeout) would cut a commit after old buffers were donated and before the new ones are bound.
+# So while an `atomic` block runs, every Python-level handler is held back: on entering the
+# outermost block each handler the program installed is wrapped in a `_Deferred`, which runs it
+# at once outside commits and only notes the signal inside one; the notes are delivered when the
+# outermost block ends. Blocking signals with `pthread_sigmask` is not enough: it blocks them for
+# the calling thread only, and a process-directed signal (`kill`, a terminal's Ctrl-C, a
+# scheduler's SIGTERM) is then taken by one of XLA's threads, whose C-level handler still
+# schedules the Python handler in the main thread. The wrappers stay installed between blocks;
+# checking that none was replaced costs one `getsignal` per signal number per outermost block
+# (about 3 us for Linux's 60). Signals reach only the main thread, so this state is its own.
 _MAIN = threading.main_thread().ident
+_CATCHABLE = tuple(int(s) for s in signal.valid_signals()
+                   if s not in (signal.SIGKILL, signal.SIGSTOP))
+_installed: tuple = ()  # every handler as the last check left it
 _deferring = 0
-_pending = False
-_wrapped: Any = None
+_pending: dict[int, Callable] = {}  # signal number -> the handler it is due to, in arrival order
 
 
-def _on_sigint(signum: int, frame: Any) -> None:
-    global _pending
-    if _deferring:
-        _pending = True
-    else:
-        _wrapped(signum, frame)
+class _Deferred:
+    """A program's signal handler as installed while commits may run: it runs the handler at
+    once outside an `atomic` block and notes the signal for the block's end inside one.
+    `signal.getsignal` returns this wrapper; its `handler` is the program's."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Callable) -> None:
+        self.handler = handler
+
+    def __call__(self, signum: int, frame: Any) -> Any:
+        if _deferring:
+            _pending.setdefault(signum, self.handler)
+            return None
+        return self.handler(signum, frame)
+
+    def __repr__(self) -> str:
+        return f"<deferred in commits: {self.handler!r}>"
+
+
+def _wrap_handlers() -> None:
+    """Wrap every Python-level handler that is not wrapped yet (cheap when none changed)."""
+    global _installed
+    found = tuple(map(_signal.getsignal, _CATCHABLE))
+    if found == _installed:
+        return
+    for signum, handler in zip(_CATCHABLE, found):
+        if callable(handler) and not isinstance(handler, _Deferred):
+            # signal.signal runs a pending handler before it changes anything: one that raises
+            # here leaves nothing behind (the block has not begun)
+            _signal.signal(signum, _Deferred(handler))
+    _installed = tuple(map(_signal.getsignal, _CATCHABLE))
+
+
+def _deliver(frame: Any) -> None:
+    """Run the handlers of the signals that arrived during the block, in arrival order; all of
+    them run, and the first exception one raises is raised after the last."""
+    due = list(_pending.items())
+    _pending.clear()
+    error: BaseException | None = None
+    for signum, handler in due:
+        try:
+            handler(signum, frame)
+        except BaseException as e:  # noqa: BLE001  (re-raised below, after the other handlers)
+            error = error or e
+    if error is not None:
+        raise error
 
 
 class atomic:  # noqa: N801  (used as a function: `with atomic():`)
-    """Defer Ctrl-C (SIGINT) until the block ends, so that a commit (binding the new buffers of
-    several tensors, after the old ones were donated) is never cut in half: the
-    `KeyboardInterrupt` is raised right after the block instead. Signals reach only the main
-    thread, so elsewhere this does nothing; nested blocks defer to the outermost.
+    """Hold back every Python signal handler (Ctrl-C's KeyboardInterrupt, a SIGTERM or SIGALRM
+    handler that raises) until the block ends, so that a commit (binding the new buffers of
+    several tensors, after the old ones were donated) is never cut in half: a handler runs
+    right after the block instead. Signals reach only the main thread, so elsewhere this does
+    nothing; nested blocks defer to the outermost. See Note [deferred signals].
 
     >>> with atomic():
     ...     pass
@@ -182,28 +235,20 @@ class atomic:  # noqa: N801  (used as a function: `with atomic():`)
     __slots__ = ("active",)
 
     def __enter__(self) -> atomic:
-        global _deferring, _wrapped
+        global _deferring
         self.active = False
         if threading.get_ident() != _MAIN:
             return self
         if not _deferring:
-            current = _signal.getsignal(signal.SIGINT)
-            if current is not _on_sigint:
-                if not callable(current):  # ignored, or not Python's: nothing to defer
-                    return self
-                # signal.signal runs a pending handler before it changes anything: a Ctrl-C
-                # raised here leaves nothing behind.
-                signal.signal(signal.SIGINT, _on_sigint)
-                _wrapped = current
+            _wrap_handlers()
         _deferring += 1
         self.active = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        global _deferring, _pending
+        global _deferring
         if not self.active:
             return
         _deferring -= 1
         if not _deferring and _pending:
-            _pending = False
-            _wrapped(signal.SIGINT, None)
+            _deliver(sys._getframe(1))

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import random as _random
+from ..context import atomic as _atomic
 from ..context import current as _current
 from ..errors import OpTypeError
 from ..index_checks import check_range, host_values
@@ -78,15 +79,17 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     return apply(OPS["linear"], x, weight, bias)
 
 
-def _conv(n: int, x, weight, bias, stride, padding, dilation, groups) -> Tensor:
+def _conv(n: int, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+          groups: int) -> Tensor:
     attrs = dict(stride=_pair(stride, n), padding=_pair(padding, n), dilation=_pair(dilation, n),
                  groups=int(groups))
     require("conv:before", x, weight, **attrs)  # what jax takes silently or refuses only late
     return apply(OPS["conv"], x, weight, bias, **attrs)
 
 
-def conv1d(x: Any, weight: Any, bias: Any = None, stride: int = 1, padding: int = 0,
-           dilation: int = 1, groups: int = 1) -> Tensor:
+def conv1d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 1,
+           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+           groups: int = 1) -> Tensor:
     """1-d convolution over (N, C, L) with weight (out, in/groups, k)."""
     return _conv(1, x, weight, bias, stride, padding, dilation, groups)
 
@@ -197,8 +200,9 @@ def batch_norm(x: Any, running_mean: Tensor | None = None, running_var: Tensor |
                               mean, var, momentum=number(momentum, "momentum"))
     if not inplace:
         return y, new_mean, new_var
-    rebind(running_mean, new_mean._data)
-    rebind(running_var, new_var._data)
+    with _atomic():  # both statistics, or (a signal before) neither
+        rebind(running_mean, new_mean._data)
+        rebind(running_var, new_var._data)
     return y
 
 
@@ -315,7 +319,7 @@ def _softmax_axes(x: Any, axis: int | Sequence[int] | None) -> int | tuple[int, 
     """MegEngine's default axis when None; an int; or several axes normalized together."""
     if axis is None:
         return _softmax_axis(x.ndim)
-    if isinstance(axis, (list, tuple)):
+    if isinstance(axis, Sequence):
         return tuple(int(a) for a in axis)
     return int(axis)
 

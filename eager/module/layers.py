@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from .. import distributed as dist
 from .. import functional as F
+from ..context import atomic
 from ..creation import ones, zeros
 from ..errors import OpArgumentError
 from ..ops import OPS
@@ -18,8 +18,10 @@ from ..tensors import Parameter, Tensor, apply, read, rebind
 from . import init
 from .module import Module
 
+Ints = int | Sequence[int]  # a size of every spatial axis, or one per axis
 
-def _tuple(v: int | Sequence[int], n: int) -> tuple[int, ...]:
+
+def _tuple(v: Ints, n: int) -> tuple[int, ...]:
     return (int(v),) * n if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
 
 
@@ -48,8 +50,8 @@ class Linear(Module):
 class _ConvNd(Module):
     _n = 2
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True):
         super().__init__()
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"{type(self).__name__}: channels {in_channels} -> {out_channels} "
@@ -92,8 +94,8 @@ class Conv2d(_ConvNd):
     `conv_mode` and `compute_mode` are `F.conv2d`'s.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True,
                  conv_mode: str = "cross_correlation", compute_mode: str = "default",
                  padding_mode: str = "zeros"):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
@@ -120,8 +122,8 @@ def _padding_mode(mode: str) -> str:
 class ConvTranspose2d(_ConvNd):
     """Transposed 2-d convolution over NCHW; weight (in, out/groups, kh, kw)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, output_padding: Any = 0, dilation: Any = 1, groups: int = 1,
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, output_padding: Ints = 0, dilation: Ints = 1, groups: int = 1,
                  bias: bool = True):
         self.output_padding = _tuple(output_padding, 2)
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
@@ -240,13 +242,17 @@ class SyncBatchNorm(_BatchNorm):
         var = dist.functional.all_reduce_sum((centered * centered).sum(axis=axes)) / count
         y = centered * F.rsqrt(var + self.eps).reshape(channel)
         if self.weight is not None:
-            y = y * self.weight.reshape(channel) + self.bias.reshape(channel)
+            y = y * self.weight.reshape(channel)
+        if self.bias is not None:
+            y = y + self.bias.reshape(channel)
         if track and self.training:
+            assert self.running_mean is not None and self.running_var is not None  # _tracking()
             new_mean, new_var = apply(OPS["running_stats_update"], self.running_mean,
                                       self.running_var, mean, var * (count / max(count - 1, 1)),
                                       momentum=float(self.momentum))
-            rebind(self.running_mean, read(new_mean))
-            rebind(self.running_var, read(new_var))
+            with atomic():  # both statistics, or (a signal before) neither
+                rebind(self.running_mean, read(new_mean))
+                rebind(self.running_var, read(new_var))
         return y
 
 
