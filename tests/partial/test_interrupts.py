@@ -1,9 +1,14 @@
-"""Ctrl-C: a KeyboardInterrupt arriving at any moment of a training step leaves the model, the
-optimizer and the RNG key readable and consistent, and training goes on.
+"""Signals: Ctrl-C, a cluster's SIGTERM or a SIGALRM timeout whose handler raises, arriving at
+any moment of a training step, leave the model, the optimizer, the GradManager and the RNG key
+readable and consistent, and training goes on.
 
 Each test trains a tiny model (a BatchNorm and dropout, so buffers and the RNG key are state too)
-for a few hundred steps, each with a `threading.Timer` that calls `_thread.interrupt_main()`
-after a random delay within about one step, and checks after every step, interrupted or not:
+for a few hundred steps, each interrupted after a random delay within about one step by one kind
+of signal, sent the way users get it (`KINDS`): SIGINT with Python's own handler
+(KeyboardInterrupt), SIGTERM with the usual handler that raises SystemExit so that `finally:`
+blocks save a checkpoint, both sent to the process by `os.kill` from a timer thread (so any
+thread, one of XLA's included, may take it), and SIGALRM from `signal.setitimer` with a handler
+that raises TimeoutError. After every step, interrupted or not, the test checks:
 
 - every parameter, `.grad`, buffer, optimizer state tensor and the RNG key is readable
   (`.numpy()`), and `state_dict()` works on the model and the optimizer;
@@ -25,7 +30,7 @@ longer recorded) cannot pass as "the state before".
 
 from __future__ import annotations
 
-import _thread
+import os
 import signal
 import statistics
 import sys
@@ -48,21 +53,99 @@ WARMUP = 6  # uninterrupted steps first: compiling, then timing the step
 BATCH = 16
 
 
-@pytest.fixture(autouse=True)
-def _interruptible_main_thread():
-    """Python's own SIGINT handler (a test runner's worker may ignore SIGINT, and then
-    `interrupt_main()` does nothing), and a short switch interval, so the timer thread gets the
-    interpreter lock soon after its delay and interrupts land all over the step rather than at
-    the few places that release the lock (the default interval, 5 ms, is longer than a
-    compiled step)."""
+class Kind:
+    """One kind of signal as users get it: `handler` is what the program installs (it counts its
+    calls and raises `error`), `arm(delay)` sends the signal once after `delay` seconds and
+    `cancel()` cancels one not yet sent."""
+
+    def __init__(self, name: str, signum: int, error: type[BaseException],
+                 handler: Callable | None = None):
+        self.name, self.signum, self.error = name, signum, error
+        self._raise = handler
+        self._sender: threading.Thread | None = None
+        self._flags: dict[str, bool] = {}
+        self.calls = 0
+
+    def handler(self, signum: int, frame: object) -> None:
+        self.calls += 1
+        if self._raise is None:
+            signal.default_int_handler(signum, frame)
+        self._raise(signum)
+
+    def arm(self, delay: float) -> None:
+        """Send the signal once, `delay` seconds from now."""
+        if self.signum == signal.SIGALRM:  # the kernel's timer: no thread of ours involved
+            signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-6))
+            return
+        # The sender and the main thread share no lock: the handler's exception may land
+        # anywhere in the main thread, and one landing between a lock's acquire and its `try:`
+        # (threading.Timer.cancel, Thread.join) would leave the lock held for good. Plain flags
+        # only, and the sender is joined once it has said it is done and its signal is handled.
+        self._flags = flags = {"armed": False, "cancelled": False, "done": False}
+
+        def send():
+            time.sleep(delay)
+            while not flags["armed"]:  # not before `start()` has returned in the main thread
+                time.sleep(1e-4)
+            if not flags["cancelled"]:
+                os.kill(os.getpid(), self.signum)
+            flags["done"] = True
+
+        self._sender = threading.Thread(target=send, daemon=True)
+        self._sender.start()
+        flags["armed"] = True
+
+    def cancel(self) -> None:
+        """Cancel a signal not yet sent and wait until the sender is done (idempotent; a signal
+        it sent meanwhile is handled at the next check of the caller's loop)."""
+        if self.signum == signal.SIGALRM:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return
+        if self._sender is None:
+            return
+        self._flags["cancelled"] = True
+        while not self._flags["done"]:
+            time.sleep(1e-4)
+
+    def join(self) -> None:
+        """Join the sender's thread (once its signal, if any, has been handled)."""
+        if self._sender is not None:
+            self._sender.join()
+            self._sender = None
+
+
+def _exit(signum: int) -> None:
+    raise SystemExit(128 + signum)  # what `sys.exit` in a SIGTERM handler raises
+
+
+def _timeout(signum: int) -> None:
+    raise TimeoutError("the step took too long")
+
+
+KINDS = {"SIGINT": lambda: Kind("SIGINT", signal.SIGINT, KeyboardInterrupt),
+         "SIGTERM": lambda: Kind("SIGTERM", signal.SIGTERM, SystemExit, _exit),
+         "SIGALRM": lambda: Kind("SIGALRM", signal.SIGALRM, TimeoutError, _timeout)}
+
+
+@pytest.fixture
+def kind(request):
+    """The signal kind named by the test's `signal_kind` parameter, its handler installed, and
+    a short switch interval, so the sender gets the interpreter lock soon after its delay and
+    signals land all over the step rather than at the few places that release the lock (the
+    default interval, 5 ms, is longer than a compiled step). Python's own SIGINT handler is
+    installed too: a test runner's worker may ignore SIGINT."""
     if threading.current_thread() is not threading.main_thread():
-        pytest.skip("interrupt_main() interrupts the main thread; the test is not running there")
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+        pytest.skip("signal handlers run in the main thread; the test is not running there")
+    k = KINDS[request.param]()
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, k.signum)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(k.signum, k.handler)
     interval = sys.getswitchinterval()
     sys.setswitchinterval(5e-5)
-    yield
+    yield k
     sys.setswitchinterval(interval)
-    signal.signal(signal.SIGINT, handler)
+    for s, h in saved.items():
+        signal.signal(s, h)
 
 
 # ----- the model, trained three ways -----------------------------------------------------------
@@ -210,50 +293,39 @@ def run_plainly(step: Callable[[], object]) -> tuple[bool, bool, bool]:
     return True, False, False
 
 
-def run_with_interrupt(step: Callable[[], object], delay: float) -> tuple[bool, bool, bool]:
-    """Run `step()` while a timer interrupts the main thread after `delay` seconds. Returns
-    whether `step` returned, whether a KeyboardInterrupt came out of it, and whether an
-    interrupt the timer sent never arrived. When this returns, the timer thread has finished
-    and an interrupt it sent has been raised and caught here, so none lands in the checks."""
-    fired, armed = threading.Event(), threading.Event()
-
-    def fire():
-        # Not before `timer.start()` has returned: on a loaded machine the timer can run out
-        # while `start()` still waits for its thread, and an interrupt there breaks the lock of
-        # threading's own Condition ("release unlocked lock").
-        armed.wait()
-        fired.set()
-        _thread.interrupt_main()
-
-    timer = threading.Timer(delay, fire)
+def run_with_signal(step: Callable[[], object], delay: float,
+                    kind: Kind) -> tuple[bool, bool, bool]:
+    """Run `step()` while `kind`'s signal is sent after `delay` seconds. Returns whether `step`
+    returned, whether the handler's exception came out of it, and whether the handler ran but
+    its exception never arrived. When this returns, the sender has finished and a signal it
+    sent has been handled and its exception caught here, so none lands in the checks."""
+    calls = kind.calls
     returned = interrupted = False
     error: BaseException | None = None
-    # No call between the two `try` blocks: the interpreter delivers an interrupt only at a
-    # call or a backward jump, so the timer's interrupt lands inside one of them.
+    # No call between the two `try` blocks: the interpreter runs a handler only at a call or a
+    # backward jump, so the handler's exception lands inside one of them.
     try:
-        timer.start()
-        armed.set()
+        kind.arm(delay)
         step()
         returned = True
-    except KeyboardInterrupt:
+    except kind.error:
         interrupted = True
-    except BaseException as e:  # the step failed on its own: re-raised once the timer is done
+    except BaseException as e:  # noqa: BLE001  (the step failed on its own: re-raised below)
         error = e
     delivered = interrupted
     while True:
         try:
-            timer.cancel()
-            timer.join()
-            if fired.is_set() and not delivered:
-                # interrupt_main() has run: the interpreter raises its KeyboardInterrupt at
-                # its next check, which a loop iteration makes.
-                for _ in range(10_000):
-                    pass
-            lost = fired.is_set() and not delivered
+            kind.cancel()
+            # A signal sent but not yet handled is handled at the interpreter's next check,
+            # which a loop iteration makes.
+            for _ in range(10_000):
+                pass
+            lost = kind.calls > calls and not delivered
             break
-        except KeyboardInterrupt:
+        except kind.error:
             delivered = True
-    if error is not None:  # raised only now, so no interrupt lands in the report of it
+    kind.join()
+    if error is not None:  # raised only now, so no signal lands in the report of it
         raise error
     return returned, interrupted, lost
 
@@ -263,8 +335,8 @@ class Run:
     """`tr` trained in `mode`, each step checked against `ref` (an eager copy loaded with the
     state before the step). `counts` says what the steps did."""
 
-    def __init__(self, mode: str, optimizer: str, blocks: int = 2):
-        self.mode = mode
+    def __init__(self, mode: str, optimizer: str, kind: Kind, blocks: int = 2):
+        self.mode, self.kind = mode, kind
         self.tr = Trainer(mode, optimizer, blocks)
         self.ref = Trainer("eager", optimizer, blocks)
         self.ref.net.load_state_dict(self.tr.net.state_dict())
@@ -275,12 +347,13 @@ class Run:
 
     def step(self, i: int, batch: tuple, run: Callable[[Callable], tuple], how: str) -> None:
         """Run step `i` on `batch` through `run(step) -> (returned, interrupted, lost)`
-        (`run_plainly` or `run_with_interrupt`) and check the state after it."""
+        (`run_plainly` or `run_with_signal`) and check the state after it."""
         try:
             self._step(i, batch, run, how)
-        except KeyboardInterrupt as e:  # never let one reach the test runner: it would stop
-            pytest.fail(f"step {i} ({self.mode}, {how}): a KeyboardInterrupt arrived after the "
-                        f"step had returned and its interrupt had been handled: something held "
+        except (KeyboardInterrupt, SystemExit, self.kind.error) as e:  # never let one reach
+            # the test runner: it would stop
+            pytest.fail(f"step {i} ({self.mode}, {how}): {type(e).__name__} arrived after the "
+                        f"step had returned and its signal had been handled: something held "
                         f"it back and raised it later\n{e!r}")
         except AssertionError:
             raise
@@ -306,6 +379,7 @@ class Run:
         c["steps"] += 1
         c["interrupted"] += interrupted
         c["interrupts lost"] += lost
+        assert not self.tr.gm._recording, f"{when}: the GradManager was left recording"
         whole = where(state, before, after, self.everything)
         if returned and not interrupted:  # ran normally: the reference's step
             assert whole == "after", f"{when}: not the state after the step: " \
@@ -337,14 +411,15 @@ def _timed(durations: list[float]) -> Callable[[Callable], tuple[bool, bool, boo
     return run
 
 
-# A timer's KeyboardInterrupt that lands in a garbage-collector callback (hypothesis installs
-# one) is swallowed by Python itself and reported as unraisable: that interrupt is just missed.
-@pytest.mark.slow  # ~35 s of interrupts; .ci/run runs the slow set after the README's command
+# A handler's exception raised in a garbage-collector callback (hypothesis installs one) is
+# swallowed by Python itself and reported as unraisable: that signal is just missed.
+@pytest.mark.slow  # ~2 min of signals; .ci/run runs the slow set after the README's command
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("kind", list(KINDS), indirect=True)
 @pytest.mark.parametrize("mode, optimizer", [("eager", "sgd"), ("partial_trace", "adam"),
                                              ("xla_trace", "adam"), ("xla_trace", "sgd")])
-def test_training_survives_keyboard_interrupts_at_random_moments(mode, optimizer):
-    run = Run(mode, optimizer)
+def test_training_survives_signals_at_random_moments(mode, optimizer, kind):
+    run = Run(mode, optimizer, kind)
     batches = _batches(WARMUP + STEPS)
     durations: list[float] = []
     for i in range(WARMUP):
@@ -352,10 +427,10 @@ def test_training_survives_keyboard_interrupts_at_random_moments(mode, optimizer
     step_time = statistics.median(durations[2:])  # after the first calls compiled
     delays = np.random.default_rng(2024).uniform(0.0, step_time, STEPS)
     for i, delay in enumerate(delays, WARMUP):
-        run.step(i, batches[i], lambda step, d=delay: run_with_interrupt(step, d),
-                 f"timer {delay * 1e3:.2f} ms")
-    # The delays span the step, so most interrupts land inside it; a floor well below that
-    # keeps the test meaningful (it really interrupts steps) without depending on timing.
+        run.step(i, batches[i], lambda step, d=delay: run_with_signal(step, d, kind),
+                 f"{kind.name} after {delay * 1e3:.2f} ms")
+    # The delays span the step, so most signals land inside it; a floor well below that keeps
+    # the test meaningful (it really interrupts steps) without depending on timing.
     assert run.counts["interrupted"] >= STEPS // 10, run.counts
 
 
@@ -363,12 +438,13 @@ TRIES = 3
 
 
 @pytest.mark.slow
-def test_an_interrupt_while_the_step_is_captured_and_compiled_loses_nothing():
+@pytest.mark.parametrize("kind", ["SIGTERM"], indirect=True)
+def test_a_signal_while_the_step_is_captured_and_compiled_loses_nothing(kind):
     # "At any moment" includes the first call: capture, compilation and the first run. After
-    # cache_clear() every call is a first call; the interrupts are spread over one. (xla_trace
+    # cache_clear() every call is a first call; the signals are spread over one. (xla_trace
     # only, and a smaller step: each capture compiles, and partial_trace regions share the
     # capture engine.)
-    run = Run("xla_trace", "sgd", blocks=1)
+    run = Run("xla_trace", "sgd", kind, blocks=1)
     batches = _batches(2 * TRIES + 2)
     durations: list[float] = []
     run.step(0, batches[0], run_plainly, "first call")
@@ -377,7 +453,8 @@ def test_an_interrupt_while_the_step_is_captured_and_compiled_loses_nothing():
     for k in range(TRIES):
         delay = durations[0] * (k + 0.5) / TRIES
         run.tr.compiled.cache_clear()
-        run.step(2 + 2 * k, batches[2 + 2 * k], lambda step, d=delay: run_with_interrupt(step, d),
-                 f"capturing, timer {delay * 1e3:.1f} ms")
+        run.step(2 + 2 * k, batches[2 + 2 * k],
+                 lambda step, d=delay: run_with_signal(step, d, kind),
+                 f"capturing, {kind.name} after {delay * 1e3:.1f} ms")
         run.step(3 + 2 * k, batches[3 + 2 * k], run_plainly, "the call after")
     assert run.counts["interrupted"] >= TRIES // 2, run.counts
