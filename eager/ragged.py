@@ -1,4 +1,5 @@
-"""Ragged tensors: a data-dependent leading axis kept as padded storage and a length (decision 15).
+"""Ragged tensors: a data-dependent leading axis kept as padded storage and a length, so that
+XLA compiles a program per capacity bucket, not per count.
 
 A data-dependent selection (`x[mask]`, `F.nonzero`, `F.cond_take`) returns a tensor whose axis 0
 is stored padded to a *capacity*, with its logical length beside it (`Tensor._len`). From a

@@ -14,9 +14,12 @@ each stretch between breaks as a cached compiled segment (`lazy.py`, `breaks.py`
 call is captured up to the first break and finished lazily (`handover.py`).
 
 `fn.dump(path)` writes a region's inference forward as serialized StableHLO that `load(path)`
-runs in a process without the code that defined it (`export.py`, `exported.py`).
+runs in a process without the code that defined it (`export.py`, `export_format.py`).
 
 `set_cache_dir` (or `PARTIAL_CACHE_DIR`) keeps compiled code on disk for later processes.
+
+`README.md` beside this file maps the code: its vocabulary, one call through the files, and
+which file to open for a change.
 """
 
 from .cache import CacheInfo
@@ -34,7 +37,7 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
-from .exported import Loaded, load
+from .export_format import Loaded, load
 from .function import TracedFunction
 from .module import TracedModule
 from .persistent_cache import set_cache_dir

@@ -9,6 +9,7 @@ from typing import Any
 import jax
 
 import eager as eg
+from eager.hooks import short_path
 
 from .cache import CacheInfo
 from .entry import refuse_outer_gradients
@@ -16,7 +17,6 @@ from .key import flatten_call
 from .lazy import LazyRun, Piece, Stretch, compile_stretch
 from .messages import warn_recompile
 from .settings import Settings
-from .source import short_path
 
 hooks = eg.hooks
 

@@ -14,7 +14,7 @@ whether it succeeded or not: the region's effects come from running the compiled
 
 A region that breaks (an `exclude_from_trace()` block, a value read under `graph_breaks=True`)
 cannot be one program: at its first break the capture hands what it traced so far to the lazy
-engine, which finishes the call (`handover.py`).
+engine, which finishes the call (`handover.py`, from the op log of `op_log.py`).
 
 For `partial_trace` the capture records gradients privately, every input being a leaf that needs
 one, so that (a) the program cuts gradients exactly where the eager tape would (`no_grad`,
@@ -35,62 +35,65 @@ import numpy as np
 import eager as eg
 import eager.distributed as dist
 import eager.module as M
+from eager.hooks import describe_location, user_location
 
 from .errors import ModuleRebindError, UnsupportedInRegionError
 from .guards import optimizer_state_signature
-from .handover import HandedOver, Logging
+from .handover import HandedOver, take_over
 from .key import Call
 from .messages import backward_in_partial_trace, function_in_region, value_read_error
+from .op_log import OpLog
 from .outputs import Outputs
 from .program import Program, build_program
 from .rollback import Snapshots, invalidate_unfinished
-from .source import describe_location, user_location
-from .sources import GradSlot, Hyper, Lifted
+from .sources import GradSlot, Hyper, Lifted, Source
 
 hooks = eg.hooks
 _data = hooks.data
 _Tensor, _Module = eg.Tensor, M.Module
 
 
-class Capture(Logging, Outputs, hooks.CaptureHooks):
+class Capture(OpLog, Outputs, hooks.CaptureHooks):
     """The hooks installed while a region runs once under `jax.make_jaxpr`. (The end of the
-    region is classified by `Outputs`; op calls are logged, and the capture handed over at a
-    break, by `Logging`.)"""
+    region is classified by `Outputs`; op calls are logged by `OpLog`, for a handover at a
+    break.)"""
 
     def __init__(self, kind: str, differentiable: bool, graph_breaks: bool = False,
-                 on_break: Callable | None = None, outer_tape: tuple = (0, 0)):
-        self.kind = kind  # "partial_trace" or "xla_trace", for messages
+                 on_break: Callable | None = None, outer_tape: tuple[int, int] = (0, 0)):
+        # The attributes OpLog and Outputs read too are declared, with what each holds, in
+        # `CaptureState` (capture_state.py); they are only given their first values here.
+        self.kind = kind
         self.differentiable = differentiable
         self.graph_breaks = graph_breaks
         # a boolean selection stays traced (fixed capacity, traced length) unless the region
         # may break, where reading the mask breaks the graph and the rest runs eagerly
         self.traced_lengths = not graph_breaks
-        self.on_break = on_break  # (capture, what, where) -> lazy hooks, or why it cannot
-        self.outer_tape = outer_tape  # the recording state outside the region
-        self.log: list = []  # every op call, for handing over at a break (handover.py)
-        self.logged_outputs: set[int] = set()  # ids of the arrays logged ops produced
-        self.unresumable = ""  # why the log cannot be handed over, once it cannot
-        self.in_backward: Any = None  # the log's mark of the GradManager.backward running now
+        self.on_break = on_break
+        self.outer_tape = outer_tape
+        self.log = []
+        self.logged_outputs = set()
+        self.unresumable = ""
+        self.in_backward = None
         self.arg_tracers: dict[int, Any] = {}  # id(argument tracer) -> argument Tensor
         self.aliases: dict[int, Any] = {}  # id(gradient-cut tracer) -> the tracer it cuts
-        self.made_constants: dict[int, tuple] = {}  # id(tracer) -> (make, tracer): handover
-        self.marked_ids: set[int] = set()
+        self.made_constants = {}
+        self.marked_ids = set()
         self.lazy: Any = None  # the lazy hooks running the rest of the call, once handed over
         self.eval_context: Any = None  # jax's concrete evaluation, entered at the handover
         self.n_args = 0
-        self.arg_index: dict[int, int] = {}  # id(tensor) -> argument position
+        self.arg_index = {}
         self.inputs: list = []  # extra inputs: (source, array)
         self.input_of_tensor: dict[int, int] = {}  # id(tensor) -> input position
         self.input_of_array: dict[int, int] = {}  # id(array) -> input position
-        self.source_of: dict[int, tuple] = {}  # id(tensor) -> source, for extra inputs
+        self.source_of = {}
         self.seen: set[int] = set()  # ids of tensors already classified
-        self.made: dict[int, weakref.ref] = {}
-        self.saved = Snapshots()  # pre-existing tensors the region touched, as they were
-        self.mutated: dict[int, Any] = {}  # pre-existing tensors rebound, in order
+        self.made = {}
+        self.saved = Snapshots()
+        self.mutated = {}
         self.grad_slots: dict[int, tuple] = {}  # id(owner) -> (owner, read first, had a grad)
-        self.grads_written: dict[int, Any] = {}
+        self.grads_written = {}
         self.setattrs: dict[tuple[int, str], tuple] = {}  # (id, name) -> (module, name, old)
-        self.attr_outputs: dict[tuple[int, str], tuple] = {}  # tensor-valued attribute writes
+        self.attr_outputs = {}
         self.modules: dict[int, Any] = {}
         self.new_modules: dict[int, weakref.ref] = {}  # modules constructed in the region
         self.optimizers: dict[int, Any] = {}
@@ -106,7 +109,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
     def _save(self, t: Any) -> None:
         self.saved.save(t)
 
-    def _new_input(self, source: tuple, array: Any, t: Any = None) -> int:
+    def _new_input(self, source: Source, array: Any, t: Any = None) -> int:
         if id(array) in self.input_of_array:
             # Another input holds the same immutable array (an alias such as `t.detach()`):
             # give this one its own copy, so the program's constants map back one to one.
@@ -122,7 +125,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
             self.input_of_tensor[id(t)] = pos
         return pos
 
-    def _lift(self, t: Any, source: tuple) -> None:
+    def _lift(self, t: Any, source: Lifted | GradSlot) -> None:
         """`t` existed before the region and is read now: make it an input."""
         self.seen.add(id(t))
         self._save(t)
@@ -146,9 +149,6 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
             self.marked.append(t)
             self.marked_ids.add(id(t))
 
-    def is_created(self, t: Any) -> bool:
-        return id(t) in self.made
-
     # ----- the hooks ---------------------------------------------------------------------
     def read(self, t: Any) -> Any:
         if id(t) not in self.seen:
@@ -165,7 +165,7 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
 
     def created(self, t: Any) -> None:
         key = id(t)
-        self.made[key] = weakref.ref(t, lambda _, k=key: self.made.pop(k, None))
+        self.made[key] = weakref.ref(t, lambda _: self.made.pop(key, None))
         self.seen.add(key)
 
     def value_read(self, t: Any, what: str) -> None:
@@ -174,14 +174,14 @@ class Capture(Logging, Outputs, hooks.CaptureHooks):
                 and id(a) not in self.input_of_array:
             return  # a constant made inside the region (not a view of an input): known now
         if self.graph_breaks:
-            self._hand_over(what, user_location()).value_read(t, what)
+            take_over(self, what, user_location()).value_read(t, what)
             return
         raise value_read_error(self.kind, what)
 
     def break_here(self, what: str, where: Any) -> None:
         """The region asks for a break (`exclude_from_trace()`): the lazy engine runs the
         rest of the call, starting with what was captured so far."""
-        self._hand_over(what, where).break_here(what, where)
+        take_over(self, what, where).break_here(what, where)
 
     def module_call(self, module: Any) -> None:
         if not self._is_new(module):  # a module made by the region is made again each run

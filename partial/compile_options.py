@@ -1,9 +1,9 @@
-"""The compile options of a region's segment, with eager's convolution rewrites (issue 15).
+"""The compile options of a region's segment, with eager's convolution rewrites.
 
 When `eager.conv_rewrites()` is on and the region runs on the CPU, its segment compiles the
 executables that convolve with XLA's own convolutions instead of YNNPACK's (`conv_options`) and
 runs its convolutions channels-last behind the NCHW interface (`layout`): 2.4x faster on a
-ResNet step (`shared/reference/cnn-cpu.md`). Executables without convolutions are unchanged.
+ResNet step (why: `eager/conv_switch.py`). Executables without convolutions are unchanged.
 """
 
 from __future__ import annotations

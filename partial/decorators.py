@@ -5,20 +5,32 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol, overload
 
 import eager as eg
 import eager.module as M
+from eager.hooks import describe_location, user_location
 from xla_segments import REMAT_VALUES
 
 from .errors import UnsupportedInRegionError
 from .function import TracedFunction
 from .module import TracedModule
 from .settings import Settings
-from .source import describe_location, user_location
 
 hooks = eg.hooks
 _OPTIONS = {"recompile_limit": 8, "cache_size": 64}
+
+
+class Decorator(Protocol):
+    """What `partial_trace(...)` and `xla_trace(...)` given options only return: the decorator
+    itself, which makes a Module a `TracedModule` and any other callable a `TracedFunction`."""
+
+    # a Module is a callable too: the first overload that matches is meant, which mypy cannot
+    # know (it flags the overlap)
+    @overload
+    def __call__(self, fn: M.Module, /) -> TracedModule: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, fn: Callable, /) -> TracedFunction: ...
 
 
 def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const: bool,
@@ -46,6 +58,28 @@ def _make(fn: Callable | None, kind: str, differentiable: bool, capture_as_const
     return decorate if fn is None else decorate(fn)
 
 
+# The overloads give the type of what each form returns: `@partial_trace` on a Module, on a
+# function, with options only (a decorator), or with MegEngine's `func=`.
+@overload
+def partial_trace(fn: M.Module, *, backend: str = ..., capture_as_const: bool = ...,
+                  graph_breaks: bool = ..., without_host: bool = ...,
+                  trace_gmcallback: bool = ..., remat: bool | str = ...,
+                  **options: Any) -> TracedModule: ...
+@overload
+def partial_trace(fn: Callable, *, backend: str = ..., capture_as_const: bool = ...,
+                  graph_breaks: bool = ..., without_host: bool = ...,
+                  trace_gmcallback: bool = ..., remat: bool | str = ...,
+                  **options: Any) -> TracedFunction: ...
+@overload
+def partial_trace(fn: None = None, *, func: None = None, backend: str = ...,
+                  capture_as_const: bool = ..., graph_breaks: bool = ...,
+                  without_host: bool = ..., trace_gmcallback: bool = ...,
+                  remat: bool | str = ..., **options: Any) -> Decorator: ...
+@overload
+def partial_trace(fn: None = None, *, func: Callable, backend: str = ...,
+                  capture_as_const: bool = ..., graph_breaks: bool = ...,
+                  without_host: bool = ..., trace_gmcallback: bool = ...,
+                  remat: bool | str = ..., **options: Any) -> TracedFunction | TracedModule: ...
 def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
                   backend: str = "xla", capture_as_const: bool = False,
                   graph_breaks: bool = False, without_host: bool = False,
@@ -118,6 +152,18 @@ def partial_trace(fn: Callable | None = None, *, func: Callable | None = None,
                  remat=remat)
 
 
+@overload
+def xla_trace(fn: M.Module, *, capture_as_const: bool = ..., donate: bool = ...,
+              graph_breaks: bool = ..., without_host: bool = ..., symbolic_shape: bool = ...,
+              **options: Any) -> TracedModule: ...
+@overload
+def xla_trace(fn: Callable, *, capture_as_const: bool = ..., donate: bool = ...,
+              graph_breaks: bool = ..., without_host: bool = ..., symbolic_shape: bool = ...,
+              **options: Any) -> TracedFunction: ...
+@overload
+def xla_trace(fn: None = None, *, capture_as_const: bool = ..., donate: bool = ...,
+              graph_breaks: bool = ..., without_host: bool = ..., symbolic_shape: bool = ...,
+              **options: Any) -> Decorator: ...
 def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
               donate: bool = True, graph_breaks: bool = False, without_host: bool = False,
               symbolic_shape: bool = False, **options: Any) -> Any:
@@ -168,6 +214,17 @@ def xla_trace(fn: Callable | None = None, *, capture_as_const: bool = False,
                  graph_breaks=bool(graph_breaks), without_host=bool(without_host))
 
 
+@overload
+def trace(function: M.Module, *, symbolic: bool = ..., capture_as_const: bool = ...,
+          without_host: bool = ..., symbolic_shape: bool = ...,
+          **options: Any) -> TracedModule: ...
+@overload
+def trace(function: Callable, *, symbolic: bool = ..., capture_as_const: bool = ...,
+          without_host: bool = ..., symbolic_shape: bool = ...,
+          **options: Any) -> TracedFunction: ...
+@overload
+def trace(function: None = None, *, symbolic: bool = ..., capture_as_const: bool = ...,
+          without_host: bool = ..., symbolic_shape: bool = ..., **options: Any) -> Decorator: ...
 def trace(function: Callable | None = None, *, symbolic: bool = True,
           capture_as_const: bool = False, without_host: bool = False,
           symbolic_shape: bool = True, **options: Any) -> Any:

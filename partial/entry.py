@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -19,7 +20,7 @@ import eager as eg
 from autograd_bridge import SegmentFunction
 from xla_segments import Segment
 
-from .conv import segment_options
+from .compile_options import segment_options
 from .errors import NotDifferentiableError
 from .guards import (
     GradPresenceGuard,
@@ -44,7 +45,7 @@ MISS = object()  # returned by `Entry.run` when the entry cannot serve the call 
 _OWNED = 3
 
 
-def refuse_outer_gradients(tensors: list) -> None:
+def refuse_outer_gradients(tensors: Sequence) -> None:
     """Raise when an xla_trace step would be differentiated from outside."""
     if any(t is not None and hooks.needs_grad(t) for t in tensors):
         raise NotDifferentiableError(
@@ -70,10 +71,11 @@ class Entry:
         self.no_hypers = [None] * len(self.hypers)
         # Results written into tensors held by reference (BatchNorm statistics, the RNG key,
         # optimizer state) go in one batch; the other effects one by one.
-        batched = [w for w in program.writes if isinstance(w, Rebind)
-                   and isinstance(w.target, Held) and isinstance(w.value, Result)]
-        self.ref_writes = [(w.target.ref, w.value.index) for w in batched]
-        self.writes = [w for w in program.writes if not any(w is b for b in batched)]
+        batched = [(w, w.target.ref, w.value.index) for w in program.writes
+                   if isinstance(w, Rebind) and isinstance(w.target, Held)
+                   and isinstance(w.value, Result)]
+        self.ref_writes = [(ref, index) for _, ref, index in batched]
+        self.writes = [w for w in program.writes if not any(w is b for b, _, _ in batched)]
         # Donated: the buffers of lifted tensors the program rebinds (parameters, optimizer
         # state, statistics, the RNG key), which it then updates in place.
         position = {id(ref()): program.n_args + i for i, ref in enumerate(self.refs)}
@@ -232,16 +234,16 @@ class Entry:
                 outs[r] = t
         self.settle = []
 
-    def inputs(self, call: Call, tensors_too: bool = True) -> tuple[list, list | None] | None:
+    def inputs(self, call: Call, tensors_too: bool = True) -> tuple[list, Sequence] | None:
         """(arrays, tensors) of every input: arguments, lifted tensors, `.grad` slots,
         hyper-parameters; None when one of them is gone. The Tensors (which the bridge needs
-        to record a node) only when `tensors_too`."""
+        to record a node) only when `tensors_too` (else maybe none)."""
         found = _deref(self.refs)
         if found is None:
             return None
         arrays = call.arrays + found[1]
         if not (self.grads or self.hypers):
-            return arrays, call.tensors + found[0] if tensors_too else None
+            return arrays, call.tensors + found[0] if tensors_too else ()
         tensors = call.tensors + found[0]
         if self.grads:
             grads = [None if o is None else o.grad for o in (ref() for ref in self.grads)]

@@ -1,5 +1,5 @@
 """Export: a region's inference forward as serialized StableHLO (`jax.export`), to run without
-the Python that defined it (`fn.dump`, `fn.export`; `partial.load` in `exported.py`).
+the Python that defined it (`fn.dump`, `fn.export`; `partial.load` in `export_format.py`).
 
 What is exported is a captured program that neither writes state back nor computes gradients:
 its inputs are the region's Tensor arguments; the parameters and buffers it reads are baked in
@@ -29,7 +29,7 @@ import eager as eg
 
 from .capture import capture
 from .errors import ExportError
-from .exported import Artifact, write
+from .export_format import Artifact, write
 from .handover import BreakFound
 from .key import Call, argument_paths, flatten_call
 from .program import Program
@@ -171,7 +171,7 @@ def _dynamic(fn: Callable, settings: Any, arguments: tuple, call: Call, fixed: P
         return program, specs, "symbolic"
     except ExportError:
         raise
-    except Exception as e:  # eager code needed a concrete batch size: see the Note
+    except Exception as e:  # noqa: BLE001  (eager code needed a concrete batch: see the Note)
         logger.info("%s: captured at batch 1 and vmapped over the batch for dynamic_batch "
                     "(on a symbolic batch: %s)", what, str(e).splitlines()[0])
     ones = [_spec((1, *a.shape[1:]), a) for a in avals]
@@ -261,7 +261,9 @@ def _check_per_example(program: Program, fixed: Program, specs: list, what: str)
     want = jax.jit(_function(fixed, _param_arrays(fixed, what)))(*inputs)
     try:
         got = jax.jit(_per_example(program, _param_arrays(program, what)))(*inputs)
-        same = jax.tree.structure(got) == jax.tree.structure(want) and all(
+        # jax annotates `structure` with its `PyTreeDef` alias, whose target (in jaxlib's
+        # compiled `_jax`, which has no stubs) mypy cannot find
+        same = jax.tree.structure(got) == jax.tree.structure(want) and all(  # type: ignore[operator]
             a.shape == b.shape and np.allclose(a, b, rtol=1e-3, atol=1e-4 * (1 + np.abs(b).max()))
             for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
     except (TypeError, ValueError):  # an output without a batch axis cannot be vmapped out

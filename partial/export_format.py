@@ -129,7 +129,7 @@ def load(path: str | os.PathLike | BinaryIO) -> Loaded:
                                   "the file was changed after it was written. Dump it again.")
     try:
         exported = jax.export.deserialize(bytearray(model))
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  (jax raises several kinds for a damaged program)
         raise ExportFileError(f"{where}: {MODEL} cannot be read as a jax.export program: {e}") \
             from None
     params = _params(where, manifest, members.get(PARAMS))

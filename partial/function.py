@@ -14,9 +14,12 @@ compiled step see the results of some serial order.
 from __future__ import annotations
 
 import functools as ft
+import os
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
+
+import jax
 
 import eager as eg
 from xla_segments import Segment
@@ -127,7 +130,8 @@ class TracedFunction:
                      f"entries, {info.compile_seconds:.2f} s compiling")
         return "\n".join(lines)
 
-    def dump(self, path: Any, *, dynamic_batch: bool = False, keep_params: bool = False) -> None:
+    def dump(self, path: str | os.PathLike | BinaryIO, *, dynamic_batch: bool = False,
+             keep_params: bool = False) -> None:
         """Write the last call's compiled entry, as an inference program, to `path` (a file
         name or a binary file object; MegEngine's `trace.dump`): serialized StableHLO and a
         JSON manifest, which `partial.load` runs without this code. Parameters are baked in
@@ -138,7 +142,7 @@ class TracedFunction:
         with self._cache.lock:
             dump_region(self, path, dynamic_batch=dynamic_batch, keep_params=keep_params)
 
-    def export(self, *args: Any, **kwargs: Any) -> Any:
+    def export(self, *args: Any, **kwargs: Any) -> jax.export.Exported:
         """The inference forward for arguments like these (Tensors, arrays, or
         `jax.ShapeDtypeStruct`s) as a `jax.export.Exported`, parameters baked in."""
         with self._cache.lock:

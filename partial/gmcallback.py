@@ -40,7 +40,8 @@ class CompiledCallbacks:
         self._compile = compile_step
         # manager -> (its version, {callback chains: compiled step}). Weak: a manager that
         # dies takes its steps along; a new version (an attach) drops the old steps.
-        self._steps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._steps: weakref.WeakKeyDictionary[Any, tuple[Any, dict[Chains, Callable]]] = \
+            weakref.WeakKeyDictionary()
 
     def __call__(self, manager: Any, tensors: Sequence[Any], grads: Sequence[Any],
                  sole: Sequence[bool]) -> list:

@@ -2,7 +2,8 @@
 
 Every guard has `check() -> str | None`: None while it holds, otherwise why it failed (the
 reason the recompile warning and `explain()` give). No guard keys anything by `id()` of an
-object that may die (decision 8): objects are held by weak reference and compared by identity
+object that may die (Python reuses the id of a freed object, so an id-keyed guard would match
+a different object later): objects are held by weak reference and compared by identity
 (`Same`), plain values by value, NaN equal to NaN (`value_token`).
 
 Structure guards (modules, an optimizer's state tensors) can only fail after a structure change
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ class Same:
     __slots__ = ("ref", "hash")
 
     def __init__(self, obj: Any):
+        self.ref: Callable[[], Any]  # the object, or None once it died
         try:
             self.ref = weakref.ref(obj)
         except TypeError:

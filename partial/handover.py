@@ -6,26 +6,18 @@ captured, and if a break comes, the capture does not start the call again (that 
 Python before the break twice): it hands what it traced so far to the lazy engine (`lazy.py`),
 which runs the rest of the call, and every later call, as it runs any region with breaks.
 
-How it works. While capturing, every op call is logged with its inputs, outputs and whether
-eager code would have recorded it (`Capture.applied`). At the break the log is turned into the
-lazy engine's first stretch, as if the ops had been recorded lazily: each tracer an op produced
-becomes a `Pending` placeholder, each tracer of a Tensor argument its real array again, and each
-Tensor holding a tracer the matching placeholder, with the gradient history eager code would have
-given it. A tensor made from plain values (`eg.zeros`, `eg.tensor([...])`) is a tracer to the
-capture too; it is made again as the real constant eager code would have made
-(`Capture.constant`). The lazy engine's hooks replace the capture's, and the rest of the region
+How it works. While capturing, every op call is logged (`op_log.py`). At the break the log is
+turned into the lazy engine's first stretch, as if the ops had been recorded lazily: each tracer
+an op produced becomes a `Pending` placeholder, each tracer of a Tensor argument its real array
+again, and each Tensor holding a tracer the matching placeholder, with the gradient history eager
+code would have given it. A tensor made from plain values (`eg.zeros`, `eg.tensor([...])`) is a
+tracer to the capture too; it is made again as the real constant eager code would have made
+(`OpLog.constant`). The lazy engine's hooks replace the capture's, and the rest of the region
 runs on real arrays (in `jax.core.eval_context()`, since it still runs inside the capture's
 trace).
 
 The `GradManager.backward`s before the break (in an `xla_trace` step) are replayed, with what
-came after each (`replay.py`).
-Keys by `id()` here are safe only because the object is alive as long as the key is used: the
-log holds every tracer and array it names until the capture forgets it, `Capture.keep` the
-argument and gradient-cut tracers and `Capture.made_constants` the constants' tracers. The one
-exception is an op input tensor that needs no
-gradient, logged by id only (so the log keeps no temporaries alive): its slot key pairs that id
-with the id of the array it held, which the log keeps, so a reused id can only merge two slots
-of the same array.
+came after each (`replay.py`). Keys by `id()` here are the log's (why they are safe: `op_log.py`).
 
 What the log cannot describe (a custom `Function`, a tensor computed with jax directly) is
 not handed over: the call then starts again lazily (`BreakFound`), with a warning.
@@ -42,11 +34,11 @@ import eager as eg
 
 from .key import tensor_spec
 from .lazy import _NO_INPUT, _START, INPUT, VALUE, LazyRun, Pending, Stretch
-from .messages import collective_with_breaks, updated_leaf_in_partial_trace
-from .replay import Backward, GradWrite, Recording, hand_over_past_backward, ops_of
+from .messages import collective_with_breaks
+from .replay import Backward, hand_over_past_backward, ops_of
 
 hooks = eg.hooks
-_data, _differentiable = hooks.data, hooks.differentiable
+_differentiable = hooks.differentiable
 _Tensor, _Tracer = eg.Tensor, jax.core.Tracer
 
 
@@ -70,124 +62,34 @@ class HandedOver(BaseException):
         self.out, self.report = out, report
 
 
-class Logging:
-    """The part of `Capture` that logs every op call, and hands the capture over at a break."""
+def take_over(cap: Any, what: str, where: Any) -> Any:
+    """Hand the rest of the call captured by `cap` to the lazy engine (`cap.on_break`), whose
+    hooks are returned; raise `BreakFound` where it cannot take over."""
+    why = cap.unresumable or "no lazy engine to hand over to"
+    # The rest runs on real arrays although the capture's trace is still current (and so does
+    # a replayed backward). Not ensure_compile_time_eval: it also folds constants while
+    # segments are traced for compilation, which changes their numerics.
+    cap.eval_context = jax.core.eval_context()
+    cap.eval_context.__enter__()
+    try:
+        lazy = None if cap.on_break is None else cap.on_break(cap, what, where)
+    except BaseException:
+        if cap.lazy is None:
+            _leave_eval(cap)
+        raise
+    if isinstance(lazy, str):
+        why, lazy = lazy, None
+    if lazy is None:
+        _leave_eval(cap)
+        raise BreakFound(what, where, why)
+    cap.lazy = lazy
+    hooks.hand_over(lazy)
+    return lazy
 
-    def applied(self, op: Any, attrs: tuple, inputs: tuple, arrays: list,
-                outputs: tuple) -> None:
-        if self.differentiable and self.mutated and op.differentiable:
-            self._refuse_updated_leaves(inputs)
-        if not self._resumable() or self.in_backward is not None:
-            return  # (a replayed backward runs its own ops again)
-        recording = self.eager_recording()
-        ins = tuple(self._logged(x, a, recording) for x, a in zip(inputs, arrays))
-        self.log.append((op, attrs, ins, recording,
-                         tuple((_data(o), hooks.history(o)) for o in outputs)))
-        self.logged_outputs.update(id(_data(o)) for o in outputs)
 
-    def _resumable(self) -> bool:
-        """Whether a break could still hand this capture over (so the log must go on)."""
-        return not self.unresumable and self.on_break is not None
-
-    def _refuse_updated_leaves(self, inputs: tuple) -> None:
-        recording = self.eager_recording()
-        for x in inputs:
-            if (isinstance(x, _Tensor) and id(x) in self.mutated and x._node is None
-                    and self.eager_needs(x, recording)):
-                raise updated_leaf_in_partial_trace(x)
-
-    def constant(self, make: Any) -> Any:
-        a = make()
-        if isinstance(a, _Tracer) and self._resumable():
-            self.made_constants[id(a)] = (make, a)  # (holding the tracer keeps its id its own)
-        return a
-
-    def log_backward(self, manager: Any, y: Any, dy: Any) -> None:
-        """An `xla_trace` step runs `manager.backward(y, dy)`: a handover after it replays it
-        (`replay.py`)."""
-        if self.differentiable or not self._resumable():
-            return
-        self.in_backward = Backward(manager, y, dy)
-        self.log.append(self.in_backward)
-
-    def log_recording(self, manager: Any, on: bool) -> None:
-        """`manager` started or stopped recording: a replayed backward needs it (the stop
-        that ends a backward is part of that backward)."""
-        if self.differentiable or not self._resumable():
-            return
-        if self.in_backward is not None and not on and self.in_backward.manager is manager:
-            self.in_backward = None
-        elif self.in_backward is not None:
-            self.unresumable = "a GradManager recording inside GradManager.backward"
-        else:
-            self.log.append(Recording(manager, on))
-
-    def log_grad_write(self, owner: Any, value: Any) -> None:
-        """A `.grad` set: by the backward running now (to a gradient it computed), or by the
-        step itself (`opt.clear_grad()`), which a replayed backward must see."""
-        if self.differentiable or not self._resumable():
-            return
-        if self.in_backward is None:
-            self.log.append(GradWrite(owner, value))
-            return
-        a = _data(value) if isinstance(value, _Tensor) else None
-        if isinstance(a, _Tracer) and id(a) not in self.logged_outputs:
-            self.in_backward.grads[id(owner)] = (owner, a)
-
-    def _logged(self, x: Any, a: Any, recording: bool) -> tuple:
-        """An op input as the log keeps it: (tensor or its id, array, needs, history). Only a
-        tensor that needs a gradient and holds a real array, or is a leaf of the tape, is held
-        (a replay must send gradients to that very tensor); the log must not keep temporaries
-        alive, and finds them through their arrays."""
-        if not isinstance(x, _Tensor):
-            return (x, x, False, None)
-        needs = self.eager_needs(x, recording)
-        history = hooks.history(x)
-        held = needs and (not isinstance(a, _Tracer) or history[0] is None)
-        return (x if held else id(x), a, needs, history)
-
-    def eager_recording(self) -> bool:
-        """Whether eager code would record an op now (the capture of a partial_trace region
-        records privately, one level above what the code outside set)."""
-        r, p = hooks.tape_state()
-        outer_r, outer_p = self.outer_tape
-        return outer_r + r - self.differentiable > 0 and outer_p + p == 0
-
-    def eager_needs(self, t: Any, recording: bool) -> bool:
-        """Whether eager code would send a gradient to `t` from an op recorded now."""
-        if not recording or not _differentiable(_data(t).dtype):
-            return False
-        node = self.saved[id(t)][1][1] if id(t) in self.saved and id(t) not in self.mutated \
-            else t._node
-        return node is not None or t._tracked - (id(t) in self.marked_ids) > 0
-
-    def _hand_over(self, what: str, where: Any) -> Any:
-        """Hand the rest of the call to the lazy engine (`on_break`), whose hooks are
-        returned; raise `BreakFound` where it cannot take over."""
-        why = self.unresumable or "no lazy engine to hand over to"
-        # The rest runs on real arrays although the capture's trace is still current (and so
-        # does a replayed backward). Not ensure_compile_time_eval: it also folds constants
-        # while segments are traced for compilation, which changes their numerics.
-        self.eval_context = jax.core.eval_context()
-        self.eval_context.__enter__()
-        try:
-            lazy = None if self.on_break is None else self.on_break(self, what, where)
-        except BaseException:
-            if self.lazy is None:
-                self._leave_eval()
-            raise
-        if isinstance(lazy, str):
-            why, lazy = lazy, None
-        if lazy is None:
-            self._leave_eval()
-            raise BreakFound(what, where, why)
-        self.lazy = lazy
-        hooks.hand_over(lazy)
-        return lazy
-
-    def _leave_eval(self) -> None:
-        self.eval_context.__exit__(None, None, None)
-        self.eval_context = None
+def _leave_eval(cap: Any) -> None:
+    cap.eval_context.__exit__(None, None, None)
+    cap.eval_context = None
 
 
 class Plan:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +32,10 @@ import numpy as np
 
 import eager as eg
 from autograd_bridge import SegmentFunction
+from eager.hooks import describe_location, user_location
 from xla_segments import Segment, abstract
 
-from .conv import segment_options
+from .compile_options import segment_options
 from .errors import ValueReadError
 from .key import tensor_spec
 from .messages import (
@@ -43,7 +45,6 @@ from .messages import (
     value_read_error,
 )
 from .rollback import Snapshots, invalidate_unfinished
-from .source import describe_location, user_location
 
 logger = logging.getLogger("partial")
 hooks = eg.hooks
@@ -119,7 +120,8 @@ class Stretch:
         self.specs: list = []  # per input: (guard spec, tracked)
         self.avals: list = []  # per input
         self.inputs: list = []  # per input: the array (or Python scalar)
-        self.parents: list = []  # per input: (tensor, node, out_idx) when tracked, else None
+        # per input: (tensor, node, out_idx) when tracked, else None
+        self.parents: list[tuple[Any, Any, int] | None] = []
         self.slot_of: dict = {}  # (id(tensor), id(array), tracked) -> input position
         self.holders: list = []  # weak references to Tensors that got a placeholder
         self.site = site  # (why, file, line) of the break it starts at: messages, counts
@@ -138,7 +140,7 @@ class LazyRun(hooks.CaptureHooks):
         self.report: list = []
 
     # ----- recording ---------------------------------------------------------------------
-    def defer(self, op: Any, attrs: tuple, inputs: tuple) -> Any:
+    def defer(self, op: Any, attrs: tuple, inputs: Sequence) -> Any:
         if op.per_rank:
             raise collective_with_breaks(self.breaks.kind, op)
         recording = op.differentiable and _is_recording()

@@ -1,13 +1,14 @@
-"""What both engines (the capture and the lazy recorder) say, written once (decision 9): the
-errors for what a region may not do, and the recompile warning."""
+"""What both engines (the capture and the lazy recorder) say, written once so that they say the
+same: the errors for what a region may not do, and the recompile warning."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from eager.hooks import describe_location, user_location
+
 from .errors import UnsupportedInRegionError, UnsupportedOutputError, ValueReadError
-from .source import describe_location, user_location
 
 logger = logging.getLogger("partial")
 

@@ -7,12 +7,21 @@ the traced function's introspection (`cache_info()`, `explain()`, ...) is there 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import eager.module as M
 
 from .function import TracedFunction
+
+if TYPE_CHECKING:
+    import jax
+
+    from xla_segments import Segment
+
+    from .cache import CacheInfo
+    from .introspection import EntryInfo
 
 _OWN = ("_module", "_traced")
 
@@ -35,6 +44,8 @@ class TracedModule(M.Module):
         object.__setattr__(self, "_traced", traced)
         object.__setattr__(self, "structure_version", 0)
 
+    # the wrapped module's mode, read-only (`train()` and `eval()` set it), where Module has a
+    # plain attribute: mypy flags a property in its place
     @property
     def training(self) -> bool:  # type: ignore[override]
         return self._module.training
@@ -62,7 +73,7 @@ class TracedModule(M.Module):
         return f"partial_trace({self._module!r})"
 
     # ----- the traced function's introspection ----------------------------------------------
-    def cache_info(self) -> Any:
+    def cache_info(self) -> CacheInfo:
         return self._traced.cache_info()
 
     def cache_clear(self) -> None:
@@ -71,17 +82,18 @@ class TracedModule(M.Module):
     def explain(self) -> str:
         return self._traced.explain()
 
-    def entries(self) -> list:
+    def entries(self) -> list[EntryInfo]:
         return self._traced.entries()
 
-    def segments(self) -> list:
+    def segments(self) -> list[Segment]:
         return self._traced.segments()
 
-    def flat_inputs(self, *args: Any, **kwargs: Any) -> list:
+    def flat_inputs(self, *args: Any, **kwargs: Any) -> list[Any]:
         return self._traced.flat_inputs(*args, **kwargs)
 
-    def dump(self, path: Any, *, dynamic_batch: bool = False, keep_params: bool = False) -> None:
+    def dump(self, path: str | os.PathLike | BinaryIO, *, dynamic_batch: bool = False,
+             keep_params: bool = False) -> None:
         self._traced.dump(path, dynamic_batch=dynamic_batch, keep_params=keep_params)
 
-    def export(self, *args: Any, **kwargs: Any) -> Any:
+    def export(self, *args: Any, **kwargs: Any) -> jax.export.Exported:
         return self._traced.export(*args, **kwargs)

@@ -23,6 +23,7 @@ import jax
 
 import eager as eg
 
+from .capture_state import CaptureState
 from .messages import updated_leaf_in_partial_trace
 from .replay import Backward, GradWrite, Recording
 
@@ -31,7 +32,7 @@ _data, _differentiable = hooks.data, hooks.differentiable
 _Tensor, _Tracer = eg.Tensor, jax.core.Tracer
 
 
-class OpLog:
+class OpLog(CaptureState):
     """The part of `Capture` that logs every op call, for a handover at a break."""
 
     def applied(self, op: Any, attrs: tuple, inputs: tuple, arrays: list,

@@ -1,5 +1,5 @@
 """What a captured region returned and changed, as program results, output leaves and effects
-(decision 9): the end of a capture (`Capture.finish`)."""
+(typed objects, `sources.py`): the end of a capture (`Capture.finish`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 import eager as eg
 import eager.module as M
 
+from .capture_state import CaptureState
 from .errors import UnsupportedOutputError
 from .key import STATIC_TYPES
 from .messages import ragged_output_error
@@ -23,7 +24,7 @@ _data = hooks.data
 _Tensor, _Module = eg.Tensor, M.Module
 
 
-class Outputs:
+class Outputs(CaptureState):
     """The part of `Capture` that classifies, once the region returned, its outputs and the
     effects to write back at every call."""
 

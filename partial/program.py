@@ -5,7 +5,7 @@ and `build_program`, which makes one from a finished capture."""
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,13 +60,13 @@ class Program:
 
 
 def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool,
-                  owners: list = ()) -> Program:
+                  owners: Sequence[Any] = ()) -> Program:
     """The `Program` of a finished capture `cap` whose trace is `closed` (a ClosedJaxpr);
     `owners` are Modules whose state counts as an argument's (the module a region runs)."""
     n = cap.n_args
     baked = _bakeable(cap, [*call.objects, *owners]) if capture_as_const else set()
     # Keep the extra inputs the program uses, in order; renumber them after the arguments.
-    used = {}
+    used: dict[int, None] = {}  # an ordered set
     for c in closed.consts:
         pos = cap.input_of_array.get(id(c))
         if pos is not None and pos not in baked:

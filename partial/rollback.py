@@ -1,6 +1,7 @@
-"""Putting a failed region back, written once for both engines (decision 9): the tensors it
-changed get their old storage, history and `.grad` again (`Snapshots`), and the tensors it made
-that never received a value raise on use (`invalidate`)."""
+"""Putting a failed region back, written once for both engines (the capture and the lazy
+recorder): the tensors it changed get their old storage, history and `.grad` again
+(`Snapshots`), and the tensors it made that never received a value raise on use
+(`invalidate`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import eager as eg
+from eager.hooks import describe_location, user_location
 
 from .errors import InvalidTensorError
-from .source import describe_location, user_location
 
 hooks = eg.hooks
 

@@ -1,4 +1,5 @@
-"""What a captured region reads and does, as typed objects (decision 9).
+"""What a captured region reads and does, as typed objects: a new kind of input or effect is
+one class, and both engines (the capture and the lazy recorder) share them.
 
 - *Input sources*: where a call finds the value of an input beyond the Tensor arguments: a
   tensor that existed before the region (`Lifted`), the current `.grad` of a tensor
@@ -83,6 +84,9 @@ class Hyper:
             # compiled on first use in every process (the same weakly typed float32 array)
             self.last, self.value = v, jax.device_put(float(v))
         return self.value
+
+
+Source = Lifted | GradSlot | Hyper  # an input source of any kind
 
 
 # ----- values ----------------------------------------------------------------------------------

@@ -14,16 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 import eager as eg
+from eager.hooks import describe_location, short_path
 
 from .breaks import Breaks
 from .cache import Cache, CacheInfo
 from .capture import capture
 from .entry import MISS, Entry, refuse_outer_gradients
 from .handover import BreakFound, HandedOver, hand_over
-from .key import describe_change, flatten_call
+from .key import Call, describe_change, flatten_call
 from .messages import break_without_host, warn_recompile
 from .settings import Settings
-from .source import describe_location, short_path
 
 logger = logging.getLogger("partial")
 hooks = eg.hooks
@@ -51,7 +51,7 @@ class WholeRegion:
         cache.hits += 1
         return out
 
-    def _capture(self, fn: Callable, call: Any, args: tuple, kwargs: dict,
+    def _capture(self, fn: Callable, call: Call, args: tuple, kwargs: dict,
                  reasons: list[str]) -> Any:
         cache, s = self.cache, self.settings
         if not s.differentiable and hooks.is_recording():
@@ -108,7 +108,7 @@ class WholeRegion:
                     "stretches between breaks", self.settings.kind, self.name, first)
         return breaks
 
-    def _why(self, fn: Callable, call: Any, args: tuple, kwargs: dict,
+    def _why(self, fn: Callable, call: Call, args: tuple, kwargs: dict,
              reasons: list[str]) -> str:
         """Why a capture happens now, in words: what differs from the cached entries."""
         if not self.cache.captures:

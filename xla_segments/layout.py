@@ -1,4 +1,5 @@
-"""Channels-last convolutions inside a segment, behind its channels-first interface (decision 14).
+"""Channels-last convolutions inside a segment, behind its channels-first interface (the API is
+NCHW; the layout inside a compiled region is the compiler's business, NHWC where faster).
 
 `channels_last(fn, avals)` traces `fn` once and returns a function computing the same values
 whose convolutions produce their outputs channels-last (NHWC for an NCHW network); the layout
@@ -90,7 +91,7 @@ def channels_last(fn: Callable, avals: Sequence[Any]) -> Callable:
 
     def rewritten(*inputs: Any) -> Any:
         outs = _eval(closed.jaxpr, closed.consts, [(x, None) for x in inputs])
-        return treedef.unflatten([_to(x, p, None) for x, p in outs])
+        return jax.tree.unflatten(treedef, [_to(x, p, None) for x, p in outs])
 
     rewritten.__name__ = getattr(fn, "__name__", "segment")
     return rewritten
@@ -208,7 +209,7 @@ def _to(x: Any, have: tuple | None, want: tuple | None) -> Any:
     """Physical `x` in layout `have`, transposed to layout `want`."""
     if have == want:
         return x
-    rank = len(have if have is not None else want)
+    rank = jnp.ndim(x)  # the length of either layout
     have = have if have is not None else tuple(range(rank))
     want = want if want is not None else tuple(range(rank))
     return lax.transpose(x, tuple(have.index(a) for a in want))

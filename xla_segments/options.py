@@ -1,4 +1,5 @@
-"""`CompileOptions`: how a `Segment` builds its executables (design decision 12).
+"""`CompileOptions`: how a `Segment` builds its executables (sharding, XLA:CPU convolution
+options and layout, and `remat` all go through this one value).
 
 One frozen, hashable value holds everything that changes the code XLA produces for a segment:
 which inputs the inference forward may donate, its input and output shardings, XLA compiler
