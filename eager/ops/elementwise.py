@@ -6,12 +6,15 @@ gradient at the kink is PyTorch's: relu6 and hsigmoid give 0 at their corners, h
 of its middle piece, elu, selu and prelu the slope of their negative piece at 0.
 """
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.scipy import special
 
 from .ragged_rules import ROWS, along
+from .reduction import vector_norm
 from .registry import defop
 
 
@@ -23,7 +26,7 @@ def _round_half_away(x):
     t = jnp.trunc(x)
     return jnp.where(jnp.abs(x - t) >= 0.5, t + jnp.sign(x), t)
 
-_ARITHMETIC = {
+_ARITHMETIC: dict[str, Callable] = {
     "add": jnp.add,
     "sub": jnp.subtract,
     "mul": jnp.multiply,
@@ -75,7 +78,7 @@ _ARITHMETIC = {
     "where": jnp.where,
 }
 
-_PREDICATES = {
+_PREDICATES: dict[str, Callable] = {
     "equal": jnp.equal,
     "not_equal": jnp.not_equal,
     "less": jnp.less,
@@ -162,25 +165,9 @@ def prelu(x, weight):
     return jnp.where(x > 0, x, w * x)
 
 
-def _safe_norm(x, ord, axis):
-    """The p-norm over `axis` (kept), with a zero gradient (not nan) where the norm is 0."""
-    a = jnp.abs(x)
-    if ord == float("inf"):
-        return jnp.max(a, axis=axis, keepdims=True)
-    if ord == float("-inf"):
-        return jnp.min(a, axis=axis, keepdims=True)
-    if ord == 0:
-        return jnp.sum((x != 0).astype(x.dtype), axis=axis, keepdims=True)
-    s = jnp.sum(x * x if ord == 2 else a**ord, axis=axis, keepdims=True)
-    positive = s > 0
-    # the root's gradient at 0 is infinite: take it of 1 there, and drop the result
-    root = jnp.where(positive, s, jnp.ones_like(s)) ** (1.0 / ord)
-    return jnp.where(positive, root, jnp.zeros_like(s))
-
-
 @defop("normalize", ragged=along(inside=None))
 def normalize(x, *, ord, axis, eps):
     """x / max(norm(x, ord, axis), eps): MegEngine's F.normalize, the gradient through a norm
     below eps being that of x / eps (PyTorch's)."""
-    norm = _safe_norm(x, ord, axis)
+    norm = vector_norm(x, ord, axis, keepdims=True, zero_safe=True)  # a zero vector's grad: 0
     return x / jnp.where(norm > eps, norm, jnp.full_like(norm, eps))

@@ -71,20 +71,37 @@ def logsumexp(x, valid=None, *, axis, keepdims):
     return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims, where=valid)
 
 
-@defop("norm", ragged=lambda attrs, ndim: along(
-    inside=NONEMPTY if abs(attrs["ord"]) == float("inf") else MASKED)(attrs, ndim))
-def norm(x, valid=None, *, ord, axis, keepdims):
+def vector_norm(x, ord=2.0, axis=None, keepdims=False, *, valid=None, zero_safe=False):
+    """The vector p-norm of `x` over `axis` (None: all of it): the project's one p-norm, used by
+    the `norm`, `normalize` and `clip_grad_norm` ops and by LAMB's trust ratio.
+
+    `ord` is a Python number: +-inf (the largest / smallest |x|), 0 (the count of nonzeros), or
+    p > 0, (sum |x|**p) ** (1/p); an empty vector's norm is 0 (-inf: an error). Only the elements
+    where the bool array `valid` holds (if given; it broadcasts against `x`) take part. The
+    root's derivative at 0 is infinite, so the gradient at a zero vector is nan; with `zero_safe`
+    it is 0 there (the root is taken of 1 and the result dropped), and a nan sum then gives 0.
+    """
     a = jnp.abs(x)
-    if ord == float("inf"):
-        return jnp.max(_fill(a, valid, 0), axis=axis, keepdims=keepdims)
+    if ord == float("inf"):  # an initial only where needed: it would take a share of ties at 0
+        return jnp.max(_fill(a, valid, 0), axis=axis, keepdims=keepdims,
+                       initial=0 if a.size == 0 else None)
     if ord == float("-inf"):
         return jnp.min(_fill(a, valid, jnp.inf), axis=axis, keepdims=keepdims)
     x, a = _fill(x, valid, 0), _fill(a, valid, 0)
     if ord == 0:
         return jnp.sum((x != 0).astype(x.dtype), axis=axis, keepdims=keepdims)
-    if ord == 2:
-        return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))
-    return jnp.sum(a**ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+    s = jnp.sum(x * x if ord == 2 else a**ord, axis=axis, keepdims=keepdims)
+    if not zero_safe:
+        return jnp.sqrt(s) if ord == 2 else s ** (1.0 / ord)
+    positive = s > 0
+    s = jnp.where(positive, s, jnp.ones_like(s))
+    return jnp.where(positive, jnp.sqrt(s) if ord == 2 else s ** (1.0 / ord), jnp.zeros_like(s))
+
+
+@defop("norm", ragged=lambda attrs, ndim: along(
+    inside=NONEMPTY if abs(attrs["ord"]) == float("inf") else MASKED)(attrs, ndim))
+def norm(x, valid=None, *, ord, axis, keepdims):
+    return vector_norm(x, ord, axis, keepdims, valid=valid)
 
 
 def _arg_reduce(fn, x, axis, keepdims):

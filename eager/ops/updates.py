@@ -8,6 +8,7 @@ decay, the norm's order) are attributes.
 
 import jax.numpy as jnp
 
+from .reduction import vector_norm
 from .registry import defop
 
 
@@ -70,7 +71,7 @@ def _lamb(param, grad, m, v, step, lr, beta1, beta2, eps, weight_decay, *, bias_
     t = step.astype(param.dtype)
     bc1, bc2 = (1 - beta1**t, 1 - beta2**t) if bias_correction else (1.0, 1.0)
     r = (m / bc1) / (jnp.sqrt(v / bc2) + eps) + weight_decay * param
-    p_norm, r_norm = jnp.linalg.norm(param.ravel()), jnp.linalg.norm(r.ravel())
+    p_norm, r_norm = vector_norm(param.ravel()), vector_norm(r.ravel())
     adapt = (p_norm > 0) & (r_norm > 0)
     if not always_adapt:  # weight_decay is an input, so its sign is tested in the program
         adapt = adapt & (weight_decay > 0)
@@ -88,8 +89,8 @@ def _clip_grad_norm(*args, n, ord):
     (accumulated in at least float32). Returns the scaled gradients, then the total norm."""
     grads, max_norm = args[:n], args[n]
     acc = jnp.result_type(jnp.float32, *grads)
-    norms = jnp.stack([jnp.linalg.norm(g.astype(acc).ravel(), ord) for g in grads])
-    total = jnp.linalg.norm(norms, ord)
+    norms = jnp.stack([vector_norm(g.astype(acc).ravel(), ord) for g in grads])
+    total = vector_norm(norms, ord)
     scale = jnp.minimum(max_norm / (total + 1e-6), 1)
     return (*[(g * scale).astype(g.dtype) for g in grads], total)
 
