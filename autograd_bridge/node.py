@@ -49,15 +49,15 @@ class SegmentFunction:
         self._forward: Any = None
         self._last: tuple | None = None  # (inputs, outputs) differentiated by the last call
 
-    def wrt(self, tensors: Sequence[Any]) -> tuple[int, ...]:
+    def wrt(self, tensors: Sequence[eager.Tensor | None]) -> tuple[int, ...]:
         """The positions of the inputs that need a gradient now (none when nothing records)."""
         if not _hooks.is_recording():
             return ()
         needs = _hooks.needs_grad
         return tuple(i for i, t in enumerate(tensors) if t is not None and needs(t))
 
-    def __call__(self, arrays: Sequence[Any], tensors: Sequence[Any],
-                 wrt: tuple[int, ...] | None = None) -> list[Any]:
+    def __call__(self, arrays: Sequence[Any], tensors: Sequence[eager.Tensor | None],
+                 wrt: tuple[int, ...] | None = None) -> list[eager.Tensor]:
         """Run on `arrays` (one per input; `tensors[i]` is the Tensor input i came from, or
         None) and return one Tensor per output. `wrt` may be passed when already computed."""
         if wrt is None:

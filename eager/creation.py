@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -13,17 +14,25 @@ from .errors import OpTypeError
 from .op_errors import bad_argument, check_range, checked_shape
 from .tensors import Tensor, constant, to_array
 
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from .device import DeviceLike
+
+Shape = int | Sequence[int]  # one size, or one per axis
+
 
 def _shape(shape: Any) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
 
 
-def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def tensor(data: Any, dtype: DTypeLike | None = None, device: DeviceLike = None) -> Tensor:
     """A Tensor from a Python number or list, a numpy or jax array, or a Tensor."""
     return Tensor(data, dtype=dtype, device=device)
 
 
-def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def full(shape: Shape, value: Any, dtype: DTypeLike | None = None, device: DeviceLike = None
+         ) -> Tensor:
     """A tensor of `shape` filled with `value` (float32 for Python floats)."""
     if np.asarray(value).dtype.kind in "OUSmM" or np.ndim(value) != 0:
         raise bad_argument(f"full: the fill value must be a number, got {value!r:.60}.",
@@ -35,12 +44,12 @@ def full(shape: Any, value: Any, dtype: Any = None, device: Any = None) -> Tenso
     return Tensor(constant(lambda: jnp.full(_shape(shape), value, np.dtype(dtype))), device=device)
 
 
-def zeros(shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
+def zeros(shape: Shape, dtype: DTypeLike = "float32", device: DeviceLike = None) -> Tensor:
     shape = checked_shape(shape, dtype)
     return Tensor(constant(lambda: jnp.zeros(_shape(shape), np.dtype(dtype))), device=device)
 
 
-def ones(shape: Any, dtype: Any = "float32", device: Any = None) -> Tensor:
+def ones(shape: Shape, dtype: DTypeLike = "float32", device: DeviceLike = None) -> Tensor:
     shape = checked_shape(shape, dtype)
     return Tensor(constant(lambda: jnp.ones(_shape(shape), np.dtype(dtype))), device=device)
 
@@ -52,20 +61,20 @@ def _placement(t: Tensor) -> Any:
     return sharding if sharding is not None and len(sharding.device_set) > 1 else None
 
 
-def zeros_like(t: Tensor, dtype: Any = None) -> Tensor:
+def zeros_like(t: Tensor, dtype: DTypeLike | None = None) -> Tensor:
     return zeros(t.shape, dtype or t.dtype, device=_placement(t))
 
 
-def ones_like(t: Tensor, dtype: Any = None) -> Tensor:
+def ones_like(t: Tensor, dtype: DTypeLike | None = None) -> Tensor:
     return ones(t.shape, dtype or t.dtype, device=_placement(t))
 
 
-def full_like(t: Tensor, value: Any, dtype: Any = None) -> Tensor:
+def full_like(t: Tensor, value: Any, dtype: DTypeLike | None = None) -> Tensor:
     return full(t.shape, value, dtype or t.dtype, device=_placement(t))
 
 
 def arange(start: float = 0, stop: float | None = None, step: float = 1,
-           dtype: Any = "float32", device: Any = None) -> Tensor:
+           dtype: DTypeLike = "float32", device: DeviceLike = None) -> Tensor:
     """Evenly spaced values in [start, stop), float32 by default as in MegEngine."""
     if stop is None:
         start, stop = 0, start
@@ -74,8 +83,8 @@ def arange(start: float = 0, stop: float | None = None, step: float = 1,
                   device=device)
 
 
-def linspace(start: float, stop: float, num: int, dtype: Any = "float32",
-             device: Any = None) -> Tensor:
+def linspace(start: float, stop: float, num: int, dtype: DTypeLike = "float32",
+             device: DeviceLike = None) -> Tensor:
     """`num` evenly spaced values from `start` to `stop`, both included (MegEngine's
     `linspace`; float32 by default).
 
@@ -93,7 +102,8 @@ def linspace(start: float, stop: float, num: int, dtype: Any = "float32",
     return Tensor(constant(lambda: jnp.asarray(host)), device=device)
 
 
-def eye(n: int, m: int | None = None, dtype: Any = "float32", device: Any = None) -> Tensor:
+def eye(n: int, m: int | None = None, dtype: DTypeLike = "float32",
+        device: DeviceLike = None) -> Tensor:
     checked_shape((n, n if m is None else m), dtype)
     return Tensor(constant(lambda: jnp.eye(n, m, dtype=np.dtype(dtype))), device=device)
 

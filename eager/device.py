@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import jax
 
 from .errors import DeviceError
 
 _default: jax.Device | None = None
+
+# What a `device=` argument may be: a name ("cpu0", "gpu1"), a jax device, a sharding, or None.
+DeviceLike: TypeAlias = str | jax.Device | jax.sharding.Sharding | None
 
 
 def _kind(platform: str) -> str:
@@ -22,7 +25,7 @@ def name_of(device: jax.Device) -> str:
     return f"{kind}{index}"
 
 
-def parse(device: Any) -> Any:
+def parse(device: DeviceLike) -> Any:
     """A jax device from a name ("cpu0", "gpu1", "cuda0", "cpu"); a jax device or a sharding
     (a layout over several devices) is returned as it is."""
     if device is None or isinstance(device, (jax.Device, jax.sharding.Sharding)):

@@ -57,6 +57,14 @@ def _shape(x: Any) -> tuple | None:
     return None
 
 
+def _dims(x: Any) -> tuple:
+    """`_shape(x)` where a shape is expected (`_missing` ruled None out): one that is not fails
+    the check, which `explain` turns into None."""
+    shape = _shape(x)
+    assert shape is not None, x
+    return shape
+
+
 def _kind(x: Any) -> str:
     """numpy's kind of `x`'s dtype ("f" for bfloat16 too, whose numpy kind is "V")."""
     if not hasattr(x, "dtype"):
@@ -87,7 +95,7 @@ def _float_only(x: Any, what: str) -> Found:
 def _matmul(inputs: Sequence, attrs: dict) -> Found:
     if (found := _missing(inputs, ("left operand", "right operand"))) is not None:
         return found
-    a, b = (_shape(x) for x in inputs)
+    a, b = (_dims(x) for x in inputs)
     for i, s in enumerate((a, b)):
         if len(s) == 0:
             return OpArgumentError, (f"argument {i + 1} is 0-d (a scalar); matmul needs tensors "
@@ -111,7 +119,7 @@ def _linear(inputs: Sequence, attrs: dict) -> Found:
     x, weight, bias = inputs
     if (found := _missing((x, weight), ("input", "weight"))) is not None:
         return found
-    xs, ws = _shape(x), _shape(weight)
+    xs, ws = _dims(x), _dims(weight)
     if len(ws) != 2:
         return OpArgumentError, (f"the weight has shape {ws}; it must be 2-d, (out_features, "
                                  "in_features).")
@@ -133,7 +141,7 @@ def _conv(inputs: Sequence, attrs: dict) -> Found:
     n = len(attrs.get("stride", (1, 1)))
     if (found := _conv_kinds(x, weight, n)) is not None:
         return found
-    xs, ws = _shape(x), _shape(weight)
+    xs, ws = _dims(x), _dims(weight)
     groups = attrs.get("groups", 1)
     if groups < 1 or ws[0] % groups:
         return OpArgumentError, (f"groups={groups} must be >= 1 and divide the {ws[0]} output "
@@ -159,7 +167,7 @@ def _conv_transpose(inputs: Sequence, attrs: dict) -> Found:
         return found
     if (found := _window(attrs, ("stride", "dilation"))) is not None:
         return found
-    xs, ws = _shape(x), _shape(weight)
+    xs, ws = _dims(x), _dims(weight)
     if xs[1] != ws[0]:
         return OpArgumentError, (f"the input of shape {xs} has {xs[1]} channels but the weight "
                                  f"of shape {ws} (in, out / groups, kh, kw) expects {ws[0]}.")
@@ -185,7 +193,7 @@ def _conv_before(inputs: Sequence, attrs: dict) -> Found:
 def _conv_kinds(x: Any, weight: Any, n: int) -> Found:
     if (found := _missing((x, weight), ("input", "weight"))) is not None:
         return found
-    xs, ws = _shape(x), _shape(weight)
+    xs, ws = _dims(x), _dims(weight)
     if len(xs) != n + 2:
         layout = "(N, C, H, W)" if n == 2 else "(N, C, L)"
         return OpTypeError, (f"the input has shape {xs}; it must be {n + 2}-d {layout}: "
@@ -204,7 +212,7 @@ def _class_loss(inputs: Sequence, attrs: dict) -> Found:
     pred, label = inputs
     if (found := _missing((pred, label), ("pred", "label"))) is not None:
         return found
-    ps, ls = _shape(pred), _shape(label)
+    ps, ls = _dims(pred), _dims(label)
     axis = attrs.get("axis", 1)
     if not -len(ps) <= axis < len(ps):
         return OpArgumentError, f"axis={axis} is out of range for pred of shape {ps}."
@@ -221,7 +229,7 @@ def _class_loss(inputs: Sequence, attrs: dict) -> Found:
 
 @_checks("reshape")
 def _reshape(inputs: Sequence, attrs: dict) -> Found:
-    xs, shape = _shape(inputs[0]), tuple(attrs.get("shape", ()))
+    xs, shape = _dims(inputs[0]), tuple(attrs.get("shape", ()))
     n, known = math.prod(xs), math.prod(s for s in shape if s != -1)
     if sum(s == -1 for s in shape) > 1 or any(s < -1 for s in shape):
         return OpArgumentError, (f"the shape {shape} may hold one -1 (to infer that axis) and "
@@ -242,7 +250,7 @@ def _setitem(inputs: Sequence, attrs: dict) -> Found:
         target = jax.eval_shape(getitem, *(_abstract(a) for a in (x, *index))).shape
     except (TypeError, ValueError, IndexError, KeyError):
         return None
-    vs = _shape(value)
+    vs = _dims(value)
     try:
         if np.broadcast_shapes(vs, target) == target:
             return None
@@ -293,7 +301,7 @@ def _embedding(inputs: Sequence, attrs: dict) -> Found:
     if _kind(index) not in "iu":
         return OpTypeError, (f"the index is a {np.dtype(index.dtype)} tensor; embedding needs "
                              "integer indices: convert it with .astype('int32').")
-    if len(_shape(weight)) != 2:
+    if len(_dims(weight)) != 2:
         return OpArgumentError, (f"the weight has shape {_shape(weight)}; it must be 2-d "
                                  "(num_embeddings, dim).")
     return None

@@ -105,7 +105,7 @@ def _array(raw: Any, dtype: Any, shape: Any, order: str = "C") -> np.ndarray:
     if len(raw) != nbytes or order not in ("C", "F"):
         raise CheckpointError(f"an array of shape {shape} and dtype {dtype.dtype} holds "
                               f"{len(raw)} bytes, not {nbytes}")
-    a = np.frombuffer(raw, dtype.dtype).reshape(shape, order=order)
+    a = np.frombuffer(raw, dtype.dtype).reshape(shape, order="F" if order == "F" else "C")
     return a.astype(a.dtype.newbyteorder("="), order="C")
 
 
@@ -140,7 +140,8 @@ def _frombuffer(buf: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
 
 
 def _scalar(dtype: Any, raw: Any = None) -> np.generic:
-    return _array(raw, dtype, ())[()]
+    # numpy's annotations give `a[()]` of a 0-d array as an array; it is a scalar
+    return _array(raw, dtype, ())[()]  # type: ignore[return-value]
 
 
 def _codecs_encode(text: Any, encoding: Any = "utf-8") -> bytes:

@@ -206,7 +206,7 @@ def _check(op: Any, key: tuple, kind: str, inputs: Sequence) -> tuple | None:
 def _out_shapes(fn: Any, inputs: Sequence, grow: tuple) -> list | None:
     """The output shapes of `fn` on the inputs' storage, axis 0 of the inputs at positions
     `grow` one longer; None when that fails."""
-    avals = []
+    avals: list[Any] = []
     for i, x in enumerate(inputs):
         if isinstance(x, _t.Tensor):
             shape = x._data.shape

@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextvars
 import functools as ft
 import secrets
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,15 @@ from .errors import OpTypeError
 from .op_errors import bad_argument, checked_shape
 from .ops import OPS
 from .tensors import Tensor, apply, rebind
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from .device import DeviceLike
+
+Size = int | Sequence[int] | None  # a draw's shape: one length, one per axis, or () for None
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 _key: Tensor | None = None
 # The key of the `RNG` object drawing now, in this thread (None: the global generator's).
@@ -77,20 +86,21 @@ def _shape(size: Any, dtype: Any = "float32") -> tuple[int, ...]:
     return () if size is None else checked_shape(size, dtype)
 
 
-def normal(mean: float = 0.0, std: float = 1.0, size: Any = None, dtype: Any = "float32") -> Tensor:
+def normal(mean: float = 0.0, std: float = 1.0, size: Size = None,
+           dtype: DTypeLike = "float32") -> Tensor:
     """Samples from N(mean, std^2) of shape `size`."""
     shape = _shape(size, dtype)
     return apply(OPS["random_normal"], next_key(), mean, std, shape=shape, dtype=np.dtype(dtype))
 
 
-def uniform(low: float = 0.0, high: float = 1.0, size: Any = None,
-            dtype: Any = "float32") -> Tensor:
+def uniform(low: float = 0.0, high: float = 1.0, size: Size = None,
+            dtype: DTypeLike = "float32") -> Tensor:
     """Samples from U[low, high) of shape `size`."""
     shape = _shape(size, dtype)
     return apply(OPS["random_uniform"], next_key(), low, high, shape=shape, dtype=np.dtype(dtype))
 
 
-def permutation(n: int | Tensor, dtype: Any = "int32") -> Tensor:
+def permutation(n: int | Tensor, dtype: DTypeLike = "int32") -> Tensor:
     """A random permutation of range(n); for a Tensor `n`, a copy with its rows (axis 0) in a
     random order, as MegEngine's `permutation` (see `shuffle` for the in-place form)."""
     if isinstance(n, Tensor):
@@ -116,8 +126,8 @@ def _shuffled(x: Any, name: str) -> Tensor:
     return apply(OPS["random_shuffle"], next_key(), x)
 
 
-def randint(low: int, high: int | None = None, size: Any = None,
-            dtype: Any = "int32") -> Tensor:
+def randint(low: int | Tensor, high: int | Tensor | None = None, size: Size = None,
+            dtype: DTypeLike = "int32") -> Tensor:
     """Integers drawn uniformly from [low, high), or from [0, low) without `high` (numpy's
     `randint`), of shape `size`.
 
@@ -141,8 +151,8 @@ def randint(low: int, high: int | None = None, size: Any = None,
                  dtype=np.dtype(dtype))
 
 
-def gamma(shape: float | Tensor, scale: float | Tensor = 1, size: Any = None,
-          dtype: Any = "float32") -> Tensor:
+def gamma(shape: float | Tensor, scale: float | Tensor = 1, size: Size = None,
+          dtype: DTypeLike = "float32") -> Tensor:
     """Samples from the Gamma distribution with shape k and scale theta (mean k * theta). Of
     shape `size` for number parameters; with tensor parameters, of shape `size +
     broadcast(shape, scale).shape` (MegEngine's rule)."""
@@ -151,15 +161,15 @@ def gamma(shape: float | Tensor, scale: float | Tensor = 1, size: Any = None,
                  dtype=np.dtype(dtype))
 
 
-def beta(alpha: float | Tensor, beta: float | Tensor, size: Any = None,
-         dtype: Any = "float32") -> Tensor:
+def beta(alpha: float | Tensor, beta: float | Tensor, size: Size = None,
+         dtype: DTypeLike = "float32") -> Tensor:
     """Samples from the Beta(alpha, beta) distribution on (0, 1); shapes as in `gamma`."""
     out = _draw_shape("beta", {"alpha": alpha, "beta": beta}, size, dtype)
     return apply(OPS["random_beta"], next_key(), _param(alpha), _param(beta), shape=out,
                  dtype=np.dtype(dtype))
 
 
-def poisson(lam: float | Tensor, size: Any = None, dtype: Any = "float32") -> Tensor:
+def poisson(lam: float | Tensor, size: Size = None, dtype: DTypeLike = "float32") -> Tensor:
     """Counts drawn from Poisson(lam), as float32 like MegEngine's (pass `dtype="int32"` for
     integers); shapes as in `gamma`."""
     out = _draw_shape("poisson", {"lam": lam}, size, dtype, minimum=0.0)
@@ -222,6 +232,19 @@ def set_rng_state(state: Any) -> None:
     rebind(_state(), t.astype(np.uint32)._data)
 
 
+def _drawn(fn: Callable[_P, _T]) -> Callable[Concatenate[RNG, _P], _T]:
+    """The module function `fn` as a method of `RNG`, drawing from that generator's key."""
+    @ft.wraps(fn)
+    def method(self: RNG, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        token = _drawing.set(self._key)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _drawing.reset(token)
+
+    return method
+
+
 class RNG:
     """A generator of its own (MegEngine's `random.RNG`): the same draws as the module's
     functions, from a key this object holds, so they neither use nor advance the global one.
@@ -232,25 +255,13 @@ class RNG:
     True
     """
 
-    def __init__(self, seed: int | None = None, device: Any = None):
+    def __init__(self, seed: int | None = None, device: DeviceLike = None):
         n = secrets.randbits(31) if seed is None else int(seed) & 0x7FFFFFFF
         self._key = _new_key(n) if device is None else _new_key(n).to(device)
-
-    def _drawn(fn: Callable) -> Callable:  # noqa: N805  (wraps a module function as a method)
-        @ft.wraps(fn)
-        def method(self: RNG, *args: Any, **kwargs: Any) -> Any:
-            token = _drawing.set(self._key)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                _drawing.reset(token)
-
-        return method
 
     normal, uniform, permutation, shuffle = (_drawn(normal), _drawn(uniform),
                                              _drawn(permutation), _drawn(shuffle))
     randint, gamma, beta, poisson = _drawn(randint), _drawn(gamma), _drawn(beta), _drawn(poisson)
-    del _drawn
 
 
 __all__ = ["seed", "get_state", "next_key", "normal", "uniform", "permutation", "shuffle",

@@ -37,7 +37,7 @@ def read(data: bytes) -> dict[str, Tensor]:
 
     try:
         items = safetensors.deserialize(data)
-    except Exception as e:  # SafetensorError, which safetensors does not export in every version
+    except Exception as e:  # noqa: BLE001  (SafetensorError, not exported by every version)
         raise CheckpointError(f"not a valid safetensors file: {e}") from None
     out = {}
     for name, info in items:

@@ -57,7 +57,7 @@ def save(obj: Any, path: str | os.PathLike | BinaryIO, format: str | None = None
     """
     write = _writer(path, format)
     if hasattr(path, "write"):
-        write(path, obj)  # type: ignore[arg-type]
+        write(path, obj)
         return
     target = Path(path)
     _remove_stale_temps(target)
@@ -87,7 +87,8 @@ def _writer(path: Any, format: str | None) -> Any:
     return safetensors_io.write if format == "safetensors" else _write
 
 
-def load(path: str | os.PathLike | BinaryIO, map_location: Any = None) -> Any:
+def load(path: str | os.PathLike | BinaryIO, map_location: str | dict[str, str] | None = None
+         ) -> Any:
     """Read a checkpoint written by `save`, by `megengine.save` or `torch.save` (state dicts,
     nested containers of tensors, arrays and numbers; MegEngine and PyTorch tensors load as
     Tensors) or a safetensors file (a dict of Tensors). Raises `CheckpointError` for anything
@@ -98,7 +99,7 @@ def load(path: str | os.PathLike | BinaryIO, map_location: Any = None) -> Any:
     name (`"cpu0"`), or a dict from the device a tensor was saved from to the one to load it
     on (`{"gpu0": "cpu0"}`); None loads them on the default device.
     """
-    if hasattr(path, "read"):
+    if hasattr(path, "read"):  # a file object: `hasattr` does not narrow the type for mypy
         obj = _load_from(path, getattr(path, "name", "<file>"))  # type: ignore[arg-type]
     else:
         with open(path, "rb") as f:  # a missing or unreadable path raises its own OSError

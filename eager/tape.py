@@ -93,7 +93,7 @@ class Node:
                  finish: Callable | None = None):
         self.seq = next(_seq)
         self.name = name
-        self.vjp = vjp
+        self.vjp: Callable | None = vjp  # None once freed: the residuals are dropped
         self.parents = parents
         self.out_avals = out_avals  # (shape, dtype) per output
         self.cts: list | None = None
@@ -206,6 +206,7 @@ def _pull(node: Node, cts: list, senders: dict | None, manager: Any,
         sole = [type(p) is not tuple and senders[id(p)] == 1 for p in node.parents]
         grads = node.finish(cts, sole, manager)
     else:
+        assert node.vjp is not None, node  # `_check_alive` refused a freed node before
         grads = node.vjp(cts)
     if free:
         node.vjp = None  # drop the residuals as soon as they are used

@@ -19,9 +19,10 @@ registry op to self), `_assign` (rebind self's storage and history, as `x[i] = v
 
 from __future__ import annotations
 
+import builtins
 import operator
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +32,13 @@ from . import device as _device
 from . import tape
 from .errors import OpArgumentError, OpIndexError, OpTypeError
 from .op_errors import bad_argument
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+    from typing_extensions import Self
+
+    from .device import DeviceLike
+    from .tensors import Tensor
 
 
 def _ints(args: Sequence, what: str) -> tuple[int, ...]:
@@ -84,13 +92,38 @@ class TensorMethods:
 
     __slots__ = ("_requires_grad",)  # unset: the default of `requires_grad` below
     _grads_by_default = False  # Parameter sets it: a parameter requires grad until frozen
+    _requires_grad: builtins.bool
+
+    # Tensor's own members, which these methods (and index_checks.py, which holds a
+    # TensorMethods for the same reason: it cannot import tensors.py) use
+    if TYPE_CHECKING:
+        _data: Any
+        _node: tape.Node | None
+        _tracked: builtins.int
+
+        @property
+        def shape(self) -> tuple[builtins.int, ...]: ...
+        @property
+        def ndim(self) -> builtins.int: ...
+        @property
+        def dtype(self) -> np.dtype: ...
+        @property
+        def device(self) -> str: ...
+        def _op(self, name: str, *inputs: Any, **attrs: Any) -> Tensor: ...
+        def _assign(self, new: Tensor) -> None: ...
+        def _to_device(self, device: Any) -> Tensor: ...
+        def _host(self, what: str) -> np.ndarray: ...
+        def astype(self, dtype: DTypeLike) -> Tensor: ...
+        def reshape(self, *shape: SupportsIndex | Sequence[SupportsIndex]) -> Tensor: ...
+        def transpose(self, *axes: Any) -> Tensor: ...
+        def detach(self) -> Tensor: ...
 
     # ----- shape ----------------------------------------------------------------------------
-    def view(self, *shape: Any) -> Any:
+    def view(self, *shape: Any) -> Tensor:
         """`reshape` (a new array here: jax arrays are never views). One entry may be -1."""
         return self.reshape(*_ints(shape, "Tensor.view"))
 
-    def permute(self, *axes: Any) -> Any:
+    def permute(self, *axes: Any) -> Tensor:
         """The axes reordered: `axes` names every axis once (`transpose` with all axes)."""
         axes = _ints(axes, "Tensor.permute")
         if sorted(a % self.ndim if -self.ndim <= a < self.ndim else -1 for a in axes) != list(
@@ -100,11 +133,11 @@ class TensorMethods:
                 f"{self.ndim} axes named once, e.g. permute{tuple(reversed(range(self.ndim)))}")
         return self.transpose(*axes)
 
-    def unsqueeze(self, axis: int) -> Any:
+    def unsqueeze(self, axis: int) -> Tensor:
         """A length-1 axis inserted at `axis` (negative counts from the end of the result)."""
         return self._op("expand_dims", axis=(_axis(axis, self.ndim + 1, "Tensor.unsqueeze"),))
 
-    def squeeze(self, axis: int | Sequence[int] | None = None) -> Any:
+    def squeeze(self, axis: int | Sequence[int] | None = None) -> Tensor:
         """Length-1 axes removed: all of them, or those in `axis` (which must have length 1,
         as in MegEngine; PyTorch skips others silently)."""
         if axis is None:
@@ -117,7 +150,7 @@ class TensorMethods:
                 "length other than 1 there; squeeze only removes length-1 axes")
         return self._op("squeeze", axis=tuple(sorted(set(axes))))
 
-    def expand(self, *shape: Any) -> Any:
+    def expand(self, *shape: Any) -> Tensor:
         """Broadcast to `shape` (PyTorch's `expand`): -1 keeps an axis as it is; new axes go
         in front. The same as `F.broadcast_to` otherwise."""
         shape = _ints(shape, "Tensor.expand")
@@ -129,7 +162,7 @@ class TensorMethods:
         target = tuple(self.shape[i - new] if s == -1 else s for i, s in enumerate(shape))
         return self._op("broadcast_to", shape=target)
 
-    def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Any:
+    def flatten(self, start_axis: int = 0, end_axis: int = -1) -> Tensor:
         """Axes `start_axis`..`end_axis` merged into one."""
         if not self.ndim:
             return self.reshape(1)
@@ -145,20 +178,20 @@ class TensorMethods:
         return self.reshape(*self.shape[:s], -1, *self.shape[e + 1:])
 
     @property
-    def T(self) -> Any:
+    def T(self) -> Tensor:  # noqa: N802  (numpy's and PyTorch's name)
         return self.transpose()
 
     # ----- copies and conversions -----------------------------------------------------------
-    def clone(self) -> Any:
+    def clone(self) -> Tensor:
         """A copy with its own storage that keeps the gradient history (unlike `detach`)."""
         return self._op("reshape", shape=self.shape)  # an identity op: a fresh array
 
-    def any(self, axis: Any = None, keepdims: bool = False) -> Any:
+    def any(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         """Whether any element is nonzero (along `axis`): a bool tensor, as in PyTorch; use
         `bool(x.any())` for a Python bool (a value read)."""
         return self._op("any", axis=_axes(axis), keepdims=bool(keepdims))
 
-    def all(self, axis: Any = None, keepdims: bool = False) -> Any:
+    def all(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         """Whether every element is nonzero (along `axis`): a bool tensor."""
         return self._op("all", axis=_axes(axis), keepdims=bool(keepdims))
 
@@ -166,7 +199,8 @@ class TensorMethods:
         """The value as nested Python lists (a Python number for a 0-d tensor): a host read."""
         return self._host(".tolist()").tolist()
 
-    def to(self, *args: Any, dtype: Any = None, device: Any = None) -> Any:
+    def to(self, *args: Any, dtype: DTypeLike | None = None, device: DeviceLike = None
+           ) -> Tensor:
         """A copy with another dtype and/or on another device: `to("gpu0")`, `to("float16")`,
         `to(other_tensor)` (its dtype and device), or keywords. Always a new tensor (as
         MegEngine's `to`); a cast keeps the gradient history, a move across devices has none."""
@@ -177,7 +211,7 @@ class TensorMethods:
                 dtype = d
             else:
                 device = a
-        out = self if dtype is None else self.astype(dtype)
+        cast = None if dtype is None else self.astype(dtype)
         target = _device.parse(device)
         if target is not None and _device.parse(self.device) != target:
             if (self._node is not None or self._tracked) and tape.is_recording():
@@ -185,34 +219,34 @@ class TensorMethods:
                     f"Tensor.to({device!r}) moves a tensor that a GradManager records across "
                     "devices, which carries no gradient; move it before recording (or "
                     "detach() it)")
-            return out._to_device(target)
-        return out.clone() if out is self else out
+            return (self if cast is None else cast)._to_device(target)
+        return self.clone() if cast is None else cast
 
-    def float(self) -> Any:
+    def float(self) -> Tensor:
         """A float32 copy (PyTorch's `t.float()`; the builtin `float(t)` gives a number)."""
         return self.astype(np.float32)
 
-    def half(self) -> Any:
+    def half(self) -> Tensor:
         """A float16 copy."""
         return self.astype(np.float16)
 
-    def bfloat16(self) -> Any:
+    def bfloat16(self) -> Tensor:
         """A bfloat16 copy."""
         return self.astype(jnp.bfloat16)
 
-    def double(self) -> Any:
+    def double(self) -> Tensor:
         """A float64 copy where jax has 64-bit types enabled, float32 otherwise."""
         return self.astype(jax.dtypes.canonicalize_dtype(np.float64))
 
-    def int(self) -> Any:
+    def int(self) -> Tensor:
         """An int32 copy (the builtin `int(t)` gives a number)."""
         return self.astype(np.int32)
 
-    def long(self) -> Any:
+    def long(self) -> Tensor:
         """An int64 copy where jax has 64-bit types enabled, int32 otherwise."""
         return self.astype(jax.dtypes.canonicalize_dtype(np.int64))
 
-    def bool(self) -> Any:
+    def bool(self) -> Tensor:
         """A bool copy (the builtin `bool(t)` gives the truth value of a one-element tensor)."""
         return self.astype(np.bool_)
 
@@ -220,7 +254,7 @@ class TensorMethods:
     # `x += y` rebinds x's storage to `x + y` through `rebind`, as `x[i] = v` does, so autodiff
     # (x now has the sum's history) and captures see it. x keeps its shape and its dtype (a
     # result of a wider kind, int += float, is refused as in PyTorch).
-    def _inplace(self, new: Any, symbol: str) -> Any:
+    def _inplace(self, new: Any, symbol: str) -> Self:
         if new.shape != self.shape:
             raise bad_argument(
                 f"`x {symbol} y` with x of shape {self.shape}: the result has shape {new.shape}, "
@@ -249,7 +283,7 @@ class TensorMethods:
 
     # ----- gradients ------------------------------------------------------------------------
     @property
-    def requires_grad(self) -> bool:
+    def requires_grad(self) -> builtins.bool:
         """Whether gradients reach this tensor: False once set so (a frozen tensor, which a
         GradManager skips); otherwise True for a Parameter, a tensor with gradient history,
         or one a recording GradManager tracks. Set it to freeze or unfreeze a leaf. Unlike
@@ -261,7 +295,7 @@ class TensorMethods:
             self._grads_by_default or self._node is not None or self._tracked > 0)
 
     @requires_grad.setter
-    def requires_grad(self, flag: bool) -> None:
+    def requires_grad(self, flag: builtins.bool) -> None:
         flag = bool(flag)
         if flag and not tape.differentiable(self.dtype):
             raise bad_argument(f"requires_grad = True on a {self.dtype} tensor: only floating "
@@ -274,12 +308,12 @@ class TensorMethods:
         self._requires_grad = flag
         tape.flags_changed()  # compiled steps that differentiate it re-check
 
-    def requires_grad_(self, flag: bool = True) -> Any:
+    def requires_grad_(self, flag: builtins.bool = True) -> Self:
         """Set `requires_grad` and return self (PyTorch's spelling)."""
         self.requires_grad = flag
         return self
 
-    def detach_(self) -> Any:
+    def detach_(self) -> Self:
         """Cut the gradient history in place: self becomes a leaf holding the same value."""
         self._assign(self.detach())
         return self

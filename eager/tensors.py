@@ -9,8 +9,8 @@ change of a tensor's storage goes through `rebind`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,13 @@ from .op_errors import checked_dtype as _checked_dtype
 from .op_errors import translate as _translate
 from .ops import OPS, Op
 from .tensor_methods import TensorMethods
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from .device import DeviceLike
+
+Axis = int | Sequence[int] | None  # one axis, several, or all (None)
 
 _diff = tape.differentiable
 
@@ -51,10 +58,16 @@ class Tensor(TensorMethods):
     # MegEngine and PyTorch allow; the dict is only made when one is set.
     __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "_len", "__weakref__",
                  "__dict__")
+    _data: Any  # a jax array; a tracer while a capture reads it
+    _node: tape.Node | None
+    _out_idx: int
+    _tracked: int
+    _grad: Tensor | None
+    _len: Any
     __array_priority__ = 1000
     __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
 
-    def __init__(self, data: Any, dtype: Any = None, device: Any = None):
+    def __init__(self, data: Any, dtype: DTypeLike | None = None, device: DeviceLike = None):
         self._data = to_array(data, dtype, device)
         self._node = None
         self._out_idx = 0
@@ -86,7 +99,7 @@ class Tensor(TensorMethods):
         return _ragged.length_dim(self) * int(np.prod(self._data.shape[1:], dtype=np.int64))
 
     @property
-    def sharding(self) -> Any:
+    def sharding(self) -> jax.sharding.Sharding | None:
         """How the array is laid out over devices (a `jax.sharding.Sharding`; None while the
         value is being captured or computed lazily: the compiled program decides)."""
         data = self._data
@@ -173,7 +186,7 @@ class Tensor(TensorMethods):
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tensor]:
         return (self[i] for i in range(len(self)))
 
     def __repr__(self) -> str:
@@ -196,7 +209,7 @@ class Tensor(TensorMethods):
             return out
         return _wrap(read(self) if h is None else h.untracked(h.read(self)))
 
-    def astype(self, dtype: Any) -> Tensor:
+    def astype(self, dtype: DTypeLike) -> Tensor:
         return apply(OPS["astype"], self, dtype=_checked_dtype(dtype))
 
     def _to_device(self, device: Any) -> Tensor:
@@ -204,7 +217,7 @@ class Tensor(TensorMethods):
         return _wrap(jax.device_put(read(self), _device.parse(device)))
 
     # ----- for the methods of tensor_methods.py, which cannot import this module ------------
-    def _op(self, name: str, *inputs: Any, **attrs: Any) -> Any:
+    def _op(self, name: str, *inputs: Any, **attrs: Any) -> Tensor:
         return apply(OPS[name], self, *inputs, **attrs)
 
     def _assign(self, new: Tensor) -> None:
@@ -220,7 +233,7 @@ class Tensor(TensorMethods):
         self._len = new._len
 
     # ----- shape ----------------------------------------------------------------------------
-    def reshape(self, *shape: Any) -> Tensor:
+    def reshape(self, *shape: SupportsIndex | Sequence[SupportsIndex]) -> Tensor:
         return apply(OPS["reshape"], self, shape=_shape_arg(shape))
 
     def transpose(self, *axes: Any) -> Tensor:
@@ -234,19 +247,19 @@ class Tensor(TensorMethods):
         return apply(OPS["transpose"], self, axes=axes)
 
     # ----- reductions -----------------------------------------------------------------------
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+    def sum(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return apply(OPS["sum"], self, axis=_axis_arg(axis), keepdims=keepdims)
 
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+    def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return apply(OPS["mean"], self, axis=_axis_arg(axis), keepdims=keepdims)
 
-    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+    def max(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return apply(OPS["max"], self, axis=_axis_arg(axis), keepdims=keepdims)
 
-    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+    def min(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return apply(OPS["min"], self, axis=_axis_arg(axis), keepdims=keepdims)
 
-    def prod(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+    def prod(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return apply(OPS["prod"], self, axis=_axis_arg(axis), keepdims=keepdims)
 
     def argmax(self, axis: int | None = None, keepdims: bool = False) -> Tensor:
@@ -256,39 +269,44 @@ class Tensor(TensorMethods):
         return apply(OPS["argmin"], self, axis=axis, keepdims=keepdims)
 
     # ----- operators ------------------------------------------------------------------------
-    def __add__(self, o): return apply(_ADD, self, o)  # noqa: E704
-    def __radd__(self, o): return apply(_ADD, o, self)  # noqa: E704
-    def __sub__(self, o): return apply(_SUB, self, o)  # noqa: E704
-    def __rsub__(self, o): return apply(_SUB, o, self)  # noqa: E704
-    def __mul__(self, o): return apply(_MUL, self, o)  # noqa: E704
-    def __rmul__(self, o): return apply(_MUL, o, self)  # noqa: E704
-    def __truediv__(self, o): return apply(_DIV, self, o)  # noqa: E704
-    def __rtruediv__(self, o): return apply(_DIV, o, self)  # noqa: E704
-    def __floordiv__(self, o): return apply(OPS["floor_div"], self, o)  # noqa: E704
-    def __rfloordiv__(self, o): return apply(OPS["floor_div"], o, self)  # noqa: E704
-    def __mod__(self, o): return apply(OPS["mod"], self, o)  # noqa: E704
-    def __rmod__(self, o): return apply(OPS["mod"], o, self)  # noqa: E704
-    def __pow__(self, o): return _checked_pow(self, o)  # noqa: E704
-    def __rpow__(self, o): return apply(OPS["pow"], o, self)  # noqa: E704
-    def __matmul__(self, o): return apply(OPS["matmul"], self, o)  # noqa: E704
-    def __rmatmul__(self, o): return apply(OPS["matmul"], o, self)  # noqa: E704
-    def __neg__(self): return apply(OPS["neg"], self)  # noqa: E704
-    def __pos__(self): return self  # noqa: E704
-    def __abs__(self): return apply(OPS["abs"], self)  # noqa: E704
-    def abs(self): return apply(OPS["abs"], self)  # noqa: E704
-    def __invert__(self): return apply(OPS["bitwise_not"], self)  # noqa: E704
-    def __and__(self, o): return apply(OPS["bitwise_and"], self, o)  # noqa: E704
-    def __rand__(self, o): return apply(OPS["bitwise_and"], o, self)  # noqa: E704
-    def __or__(self, o): return apply(OPS["bitwise_or"], self, o)  # noqa: E704
-    def __ror__(self, o): return apply(OPS["bitwise_or"], o, self)  # noqa: E704
-    def __xor__(self, o): return apply(OPS["bitwise_xor"], self, o)  # noqa: E704
-    def __rxor__(self, o): return apply(OPS["bitwise_xor"], o, self)  # noqa: E704
-    def __eq__(self, o): return apply(OPS["equal"], self, o)  # type: ignore[override]  # noqa: E704
-    def __ne__(self, o): return apply(OPS["not_equal"], self, o)  # type: ignore[override]  # noqa: E704
-    def __lt__(self, o): return apply(OPS["less"], self, o)  # noqa: E704
-    def __le__(self, o): return apply(OPS["less_equal"], self, o)  # noqa: E704
-    def __gt__(self, o): return apply(OPS["greater"], self, o)  # noqa: E704
-    def __ge__(self, o): return apply(OPS["greater_equal"], self, o)  # noqa: E704
+    def __add__(self, o: Any) -> Tensor: return apply(_ADD, self, o)  # noqa: E704
+    def __radd__(self, o: Any) -> Tensor: return apply(_ADD, o, self)  # noqa: E704
+    def __sub__(self, o: Any) -> Tensor: return apply(_SUB, self, o)  # noqa: E704
+    def __rsub__(self, o: Any) -> Tensor: return apply(_SUB, o, self)  # noqa: E704
+    def __mul__(self, o: Any) -> Tensor: return apply(_MUL, self, o)  # noqa: E704
+    def __rmul__(self, o: Any) -> Tensor: return apply(_MUL, o, self)  # noqa: E704
+    def __truediv__(self, o: Any) -> Tensor: return apply(_DIV, self, o)  # noqa: E704
+    def __rtruediv__(self, o: Any) -> Tensor: return apply(_DIV, o, self)  # noqa: E704
+    def __floordiv__(self, o: Any) -> Tensor: return apply(OPS["floor_div"], self, o)  # noqa: E704
+    def __rfloordiv__(self, o: Any) -> Tensor: return apply(OPS["floor_div"], o, self)  # noqa: E704
+    def __mod__(self, o: Any) -> Tensor: return apply(OPS["mod"], self, o)  # noqa: E704
+    def __rmod__(self, o: Any) -> Tensor: return apply(OPS["mod"], o, self)  # noqa: E704
+    def __pow__(self, o: Any) -> Tensor: return _checked_pow(self, o)  # noqa: E704
+    def __rpow__(self, o: Any) -> Tensor: return apply(OPS["pow"], o, self)  # noqa: E704
+    def __matmul__(self, o: Any) -> Tensor: return apply(OPS["matmul"], self, o)  # noqa: E704
+    def __rmatmul__(self, o: Any) -> Tensor: return apply(OPS["matmul"], o, self)  # noqa: E704
+    def __neg__(self) -> Tensor: return apply(OPS["neg"], self)  # noqa: E704
+    def __pos__(self) -> Tensor: return self  # noqa: E704
+    def __abs__(self) -> Tensor: return apply(OPS["abs"], self)  # noqa: E704
+    def abs(self) -> Tensor: return apply(OPS["abs"], self)  # noqa: E704
+    def __invert__(self) -> Tensor: return apply(OPS["bitwise_not"], self)  # noqa: E704
+    def __and__(self, o: Any) -> Tensor: return apply(OPS["bitwise_and"], self, o)  # noqa: E704
+    def __rand__(self, o: Any) -> Tensor: return apply(OPS["bitwise_and"], o, self)  # noqa: E704
+    def __or__(self, o: Any) -> Tensor: return apply(OPS["bitwise_or"], self, o)  # noqa: E704
+    def __ror__(self, o: Any) -> Tensor: return apply(OPS["bitwise_or"], o, self)  # noqa: E704
+    def __xor__(self, o: Any) -> Tensor: return apply(OPS["bitwise_xor"], self, o)  # noqa: E704
+    def __rxor__(self, o: Any) -> Tensor: return apply(OPS["bitwise_xor"], o, self)  # noqa: E704
+    # elementwise, as in numpy and jax: a bool Tensor, where object's `==` promises a bool
+    def __eq__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return apply(OPS["equal"], self, o)
+
+    def __ne__(self, o: Any) -> Tensor:  # type: ignore[override]
+        return apply(OPS["not_equal"], self, o)
+
+    def __lt__(self, o: Any) -> Tensor: return apply(OPS["less"], self, o)  # noqa: E704
+    def __le__(self, o: Any) -> Tensor: return apply(OPS["less_equal"], self, o)  # noqa: E704
+    def __gt__(self, o: Any) -> Tensor: return apply(OPS["greater"], self, o)  # noqa: E704
+    def __ge__(self, o: Any) -> Tensor: return apply(OPS["greater_equal"], self, o)  # noqa: E704
 
     # ----- indexing -------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> Tensor:

@@ -56,7 +56,7 @@ class _Storage:
         self.data: np.ndarray | None = None
 
     def fill(self, raw: bytes, order: str) -> None:
-        a = np.frombuffer(raw, self.dtype.newbyteorder(order))
+        a = np.frombuffer(raw, self.dtype.newbyteorder(">" if order == ">" else "<"))
         self.data = a.astype(self.dtype)  # native order, an array of its own
 
 
@@ -179,9 +179,10 @@ def read_zip(z: zipfile.ZipFile, prefix: str, size: int) -> Any:
     """The object stored in the PyTorch zip `z` (of `size` bytes)."""
     order = "<"
     if f"{prefix}byteorder" in z.namelist():
-        order = {b"little": "<", b"big": ">"}.get(read_entry(z, f"{prefix}byteorder", None, size))
-        if order is None:
+        found = {b"little": "<", b"big": ">"}.get(read_entry(z, f"{prefix}byteorder", None, size))
+        if found is None:
             raise CheckpointError(f"{prefix}byteorder is neither 'little' nor 'big'")
+        order = found
 
     def make(key: str, dtype: np.dtype, numel: int) -> _Storage:
         s = _Storage(dtype, numel)

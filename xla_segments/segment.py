@@ -38,8 +38,8 @@ class Executable:
     """
 
     kind: str
-    compiled: Any
-    lowered: Any
+    compiled: Any  # a `jax.stages.Compiled`, or a per-rank call of one (`_local`)
+    lowered: jax.stages.Lowered
     seconds: float
     compiler_options: dict = field(default_factory=dict)
 
@@ -160,7 +160,7 @@ class Segment:
         pair = self._vjps.get(key)
         if pair is None:
             fwd = _vjp_forward(_rematerialized(self._function(), self.options), *key)
-            fwd = _pruned(fwd, self._avals, key[1])
+            fwd, rebuild = _pruned(fwd, self._avals, key[1])
             fwd.__name__ = f"{self.name}_forward_vjp"
             fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
             # Shapes from the lowering, placements from the executable (where outputs land).
@@ -172,7 +172,7 @@ class Segment:
             cts = tuple(out_info[j] for j in key[1])
 
             def backward(residuals: Any, cotangents: tuple) -> tuple:
-                return tuple(fwd.pullback(residuals)(cotangents))
+                return tuple(rebuild(residuals)(cotangents))
 
             backward.__name__ = f"{self.name}_backward"
             bwd_exe = _compile("backward", backward, (res, cts), self.options)
@@ -237,7 +237,7 @@ def _rematerialized(fn: Callable, options: CompileOptions) -> Callable:
 
 def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ...]) -> Callable:
     def forward(*inputs: Any) -> tuple:
-        def differentiable(*diff: Any) -> tuple:
+        def differentiable(*diff: Any) -> tuple[tuple, tuple]:
             args = list(inputs)
             for i, v in zip(wrt, diff):
                 args[i] = v
@@ -250,11 +250,12 @@ def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ..
     return forward
 
 
-def _pruned(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]) -> Callable:
-    """`fwd` returning only the residuals its pullback reads (`forward.pullback(kept)` rebuilds
-    the pullback from them). jax's vjp keeps some values its transpose never uses (on a ResNet
-    step a third of the residual bytes); as outputs of the forward they were computed, written
-    and held until the backward for nothing."""
+def _pruned(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
+            ) -> tuple[Callable, Callable]:
+    """`fwd` returning only the residuals its pullback reads, and `rebuild(kept)`, which
+    rebuilds the pullback from them. jax's vjp keeps some values its transpose never uses (on a
+    ResNet step a third of the residual bytes); as outputs of the forward they were computed,
+    written and held until the backward for nothing."""
     out_avals, pullback = jax.eval_shape(fwd, *avals)
     leaves, tree = jax.tree.flatten(pullback)
     cts = tuple(out_avals[j] for j in diff_outputs)
@@ -273,8 +274,7 @@ def _pruned(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]) 
             full[i] = r
         return jax.tree.unflatten(tree, full)
 
-    forward.pullback = rebuild
-    return forward
+    return forward, rebuild
 
 
 def _used_inputs(jaxpr: Any, n: int) -> list[bool]:

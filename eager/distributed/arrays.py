@@ -8,22 +8,25 @@ gradient all-reduce. Nothing here moves data between devices by hand.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import device as _device
+from ..device import DeviceLike
 from ..errors import DistributedError
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
 from ..tensors import Tensor, read, rebind
 
 _default_mesh: Mesh | None = None
+_T = TypeVar("_T")
 
 
-def mesh(devices: Any = None, axis: str = "data") -> Mesh:
+def mesh(devices: Iterable[DeviceLike] | None = None, axis: str = "data") -> Mesh:
     """A 1-D mesh named `axis` over `devices` (default: every device of every process).
 
     >>> mesh().axis_names
@@ -76,7 +79,7 @@ def shard_batch(x: Any, mesh: Mesh | None = None, axis: int = 0) -> Tensor:
     return Tensor(_place(arr, NamedSharding(m, spec)))
 
 
-def replicate(obj: Any, mesh: Mesh | None = None) -> Any:
+def replicate(obj: _T, mesh: Mesh | None = None) -> _T:
     """Place a Tensor, a Module's parameters and buffers, or an Optimizer's state replicated on
     every device of `mesh` (in place: the tensors keep their identity); returns `obj`.
 

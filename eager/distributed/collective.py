@@ -49,7 +49,8 @@ class _PerRank:
     __slots__ = ("name", "f", "_cache")
 
     def __init__(self, name: str, f: Callable):
-        self.name, self.f, self._cache = name, f, {}
+        self.name, self.f = name, f
+        self._cache: dict[tuple, Any] = {}  # (group, argument structure) -> jitted function
 
     def __call__(self, *args: Any) -> Any:
         leaves, tree = jax.tree.flatten(args)

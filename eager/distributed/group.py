@@ -66,7 +66,7 @@ def _mesh_of_ranks(world_size: int) -> Mesh:
     """One device per process (its first), in rank order (jax's process index is the rank)."""
     if world_size == 1:
         return Mesh(np.array(jax.local_devices()[:1]), (AXIS,))
-    firsts = {}
+    firsts: dict[int, jax.Device] = {}
     for d in jax.devices():
         if d.process_index not in firsts or d.id < firsts[d.process_index].id:
             firsts[d.process_index] = d

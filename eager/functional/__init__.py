@@ -9,9 +9,12 @@
 True
 """
 
+from typing import TYPE_CHECKING
+
 from . import loss as loss
 from . import nn as nn
 from . import vision as vision
 from .nn import *  # noqa: F403
 
-__all__ = ["nn", "loss", "vision", *nn.__all__]
+if not TYPE_CHECKING:  # as in nn.py: mypy would read a computed `__all__` as exporting nothing
+    __all__ = ["nn", "loss", "vision", *nn.__all__]

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -22,8 +22,11 @@ from ..ops import OPS
 from ..tensors import Tensor, apply
 from .shape import _t
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
-def _is_int(v: Any) -> bool:
+
+def _is_int(v: Any) -> TypeIs[int | np.integer]:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from ..ops import OPS
 from ..tensors import Tensor, apply
 
 
-def _unary(name: str):
+def _unary(name: str) -> Callable[[Any], Tensor]:
     op = OPS[name]
 
     def f(x: Any) -> Tensor:
@@ -24,7 +25,7 @@ def _unary(name: str):
     return f
 
 
-def _binary(name: str):
+def _binary(name: str) -> Callable[[Any, Any], Tensor]:
     op = OPS[name]
 
     def f(x: Any, y: Any) -> Tensor:
@@ -130,7 +131,7 @@ def where(mask: Any, x: Any, y: Any) -> Tensor:
     return apply(OPS["where"], mask, x, y)
 
 
-def _reduction(name: str):
+def _reduction(name: str) -> Callable[..., Tensor]:
     op = OPS[name]
 
     def f(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:

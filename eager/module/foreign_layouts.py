@@ -111,7 +111,7 @@ def _split_rnn(m: _RNNBase, p: str, out: dict[str, Any]) -> dict[str, np.ndarray
     for key in [k for k in out if k.startswith(f"{p}cells.")]:
         del out[key]
     gates, h = _GATES[m._mode] * m.hidden_size, m.hidden_size
-    shapes = []
+    shapes: list[tuple[str, tuple[int, ...]]] = []
     for layer in range(m.num_layers):
         size = m.input_size if layer == 0 else h * m._directions
         for suffix in m._suffixes:
@@ -128,7 +128,7 @@ def _split_attention(m: MultiHeadAttention, p: str, packed: Any) -> dict[str, np
     """MegEngine's `io_weight_bias` (1, 4E*E [+ 4E]): the query, key, value and output
     projections, each stored (in, out), so transposed, then their four biases."""
     e, bias = m.embed_dim, m.in_proj_bias is not None
-    shapes = [(name, (e, e)) for name in ("q", "k", "v", "o")]
+    shapes: list[tuple[str, tuple[int, ...]]] = [(name, (e, e)) for name in ("q", "k", "v", "o")]
     shapes += [(f"b{name}", (e,)) for name in ("q", "k", "v", "o")] if bias else []
     got = dict(_pieces(_array(packed).reshape(-1), shapes, f"{p}io_weight_bias"))
     out = {f"{p}in_proj_weight": np.concatenate([got[k].T for k in "qkv"]),

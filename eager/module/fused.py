@@ -8,11 +8,9 @@ state-dict keys are `weight` and `bias`); the other two hold a `conv` and a `bn`
 
 from __future__ import annotations
 
-from typing import Any
-
 from .. import functional as F
 from ..tensors import Tensor
-from .layers import BatchNorm2d, Conv2d
+from .layers import BatchNorm2d, Conv2d, Ints
 from .module import Module
 
 
@@ -24,8 +22,8 @@ class ConvRelu2d(Conv2d):
 
 
 class _ConvBnActivation2d(Module):
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True,
                  conv_mode: str = "cross_correlation", compute_mode: str = "default",
                  eps: float = 1e-5, momentum: float = 0.9, affine: bool = True,
                  track_running_stats: bool = True, padding_mode: str = "zeros"):

@@ -34,6 +34,9 @@ class Module:
     (3, 2)
     """
 
+    training: bool  # set by `train()` / `eval()`, for this module and its sub-modules
+    structure_version: int  # bumped when a Tensor or Module attribute is set
+
     def __init__(self) -> None:
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "structure_version", 0)
@@ -97,6 +100,7 @@ class Module:
 
     def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
         """(dotted name, Parameter), each parameter once, in attribute order."""
+        # mypy cannot tell that `want_params=True` yields only Parameters
         return self._named_tensors(True)  # type: ignore[return-value]
 
     def parameters(self) -> list[Parameter]:

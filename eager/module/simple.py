@@ -8,6 +8,7 @@ from .. import functional as F
 from .. import random
 from ..errors import OpArgumentError
 from ..tensors import Tensor
+from .layers import Ints
 from .module import Module
 
 
@@ -93,7 +94,7 @@ class Upsample(Module):
 
 
 class MaxPool2d(Module):
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0):
+    def __init__(self, kernel_size: Ints, stride: Ints | None = None, padding: Ints = 0):
         super().__init__()
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
 
@@ -102,7 +103,7 @@ class MaxPool2d(Module):
 
 
 class AvgPool2d(Module):
-    def __init__(self, kernel_size: Any, stride: Any = None, padding: Any = 0,
+    def __init__(self, kernel_size: Ints, stride: Ints | None = None, padding: Ints = 0,
                  mode: str = "average_count_exclude_padding"):
         super().__init__()
         self.kernel_size, self.stride, self.padding, self.mode = kernel_size, stride, padding, mode
@@ -112,7 +113,7 @@ class AvgPool2d(Module):
 
 
 class AdaptiveAvgPool2d(Module):
-    def __init__(self, oshp: Any):
+    def __init__(self, oshp: Ints):
         super().__init__()
         self.oshp = oshp
 

@@ -8,7 +8,7 @@ from typing import Any
 from .. import functional as F
 from ..creation import ones, zeros
 from ..tensors import Parameter, Tensor
-from .layers import _ConvNd
+from .layers import Ints, _ConvNd
 from .module import Module
 
 
@@ -34,8 +34,8 @@ class Conv3d(_ConvNd):
 
     _n = 3
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, dilation: Any = 1, groups: int = 1, bias: bool = True,
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True,
                  conv_mode: str = "cross_correlation"):
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias)
@@ -49,7 +49,7 @@ class Conv3d(_ConvNd):
 class AdaptiveMaxPool2d(Module):
     """Max pooling of NCHW input to the output size `oshp` (`F.adaptive_max_pool2d`)."""
 
-    def __init__(self, oshp: Any):
+    def __init__(self, oshp: Ints):
         super().__init__()
         self.oshp = oshp
 

@@ -61,8 +61,9 @@ _ARRAY: list[type] = []  # jax's concrete array type, found at the first wrap (t
 
 def cache_dir() -> str | None:
     """Where the eager ops' executables live now: a folder of jax's persistent cache, or None."""
-    directory = jax.config.jax_compilation_cache_dir
-    if not directory or not jax.config.jax_enable_compilation_cache:
+    # jax's options are dynamic attributes of `jax.config`, which its annotations do not declare
+    directory = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
+    if not directory or not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
         return None
     return os.path.join(directory, _SUBDIR)
 
@@ -107,12 +108,13 @@ class Persistent:
 
     __slots__ = ("jitted", "plain", "program", "name", "loaded", "__weakref__")
 
-    def __init__(self, jitted: Callable, plain: Callable, program: str, name: str):
+    def __init__(self, jitted: jax.stages.Wrapped, plain: Callable, program: str, name: str):
         self.jitted, self.plain, self.program, self.name = jitted, plain, program, name
         self.loaded: dict[tuple, Callable] = {}
 
     def _cache_size(self) -> int:  # as a jitted function reports it (compiled specializations)
-        return len(self.loaded) + self.plain._cache_size()
+        # `_cache_size` is a method of jax's jitted functions that `jax.stages.Wrapped` leaves out
+        return len(self.loaded) + self.plain._cache_size()  # type: ignore[attr-defined]
 
     def __call__(self, *args: Any) -> Any:
         signature = _signature(args)
@@ -177,7 +179,7 @@ def _one_device() -> bool:
 def _signature(args: Any) -> tuple | None:
     """What the compiled program depends on in `args`: structure, shapes, dtypes, weak types.
     None when an argument is a tracer or something this cache does not key."""
-    out = []
+    out: list[Any] = []
     array = _ARRAY[0]
     for a in args:
         kind = type(a)

@@ -132,7 +132,8 @@ class _Tuned:
         self.tuned, self.plain = tuned, plain
 
     def _cache_size(self) -> int:  # as a jitted function reports it (compiled specializations)
-        return self.tuned._cache_size() + self.plain._cache_size()
+        # a method of jax's jitted functions that `jax.stages.Wrapped` leaves out
+        return self.tuned._cache_size() + self.plain._cache_size()  # type: ignore[attr-defined]
 
     def __call__(self, *args: Any) -> Any:
         # a capture may call an op on concrete arrays that it lifts into the trace later

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ..creation import zeros, zeros_like
 from ..ops import OPS
 from ..tensors import Tensor, apply
-from .optimizer import Optimizer, require
+from .optimizer import Optimizer, Params, require
 
 
 class Adadelta(Optimizer):
@@ -20,7 +19,7 @@ class Adadelta(Optimizer):
     rule does not use it).
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1.0, rho: float = 0.9,
+    def __init__(self, params: Params, lr: float = 1.0, rho: float = 0.9,
                  eps: float = 1e-6, weight_decay: float = 0.0):
         for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
             require(value >= 0, "Adadelta", name, value, ">= 0")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ..creation import full_like, zeros
 from ..ops import OPS
 from ..tensors import Tensor, apply
-from .optimizer import Optimizer, require
+from .optimizer import Optimizer, Params, require
 
 
 class Adagrad(Optimizer):
@@ -25,7 +24,7 @@ class Adagrad(Optimizer):
     [9.0, 16.0]
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-2, lr_decay: float = 0.0,
+    def __init__(self, params: Params, lr: float = 1e-2, lr_decay: float = 0.0,
                  eps: float = 1e-10, weight_decay: float = 0.0,
                  initial_accumulator_value: float = 0.0):
         for name, value in (("lr", lr), ("lr_decay", lr_decay), ("eps", eps),

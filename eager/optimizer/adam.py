@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ..creation import zeros, zeros_like
 from ..ops import OPS
 from ..tensors import Tensor, apply
-from .optimizer import Optimizer
+from .optimizer import Optimizer, Params
 
 
 class Adam(Optimizer):
@@ -18,7 +17,7 @@ class Adam(Optimizer):
 
     _decoupled = False
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+    def __init__(self, params: Params, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0):
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
@@ -46,7 +45,7 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+    def __init__(self, params: Params, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2):
         super().__init__(params, lr, betas, eps, weight_decay)

@@ -28,7 +28,9 @@ def _with_grads(name: str, params: Tensor | Iterable[Tensor]) -> list[Tensor]:
 
 def _rebind_grads(params: list[Tensor], new: tuple[Tensor, ...]) -> None:
     for p, n in zip(params, new):
-        rebind(p.grad, n._data, n._node, n._out_idx)
+        grad = p.grad
+        assert grad is not None  # `_with_grads` kept only these
+        rebind(grad, n._data, n._node, n._out_idx)
 
 
 def _order(ord: Any) -> float:
@@ -38,7 +40,7 @@ def _order(ord: Any) -> float:
     return float(value)
 
 
-def clip_grad_norm(params: Tensor | Iterable[Tensor], max_norm: float,
+def clip_grad_norm(params: Tensor | Iterable[Tensor], max_norm: float | Tensor,
                    ord: float | str = 2.0) -> Tensor:
     """Scale the gradients so that their `ord`-norm, taken over all of them as one vector, is at
     most `max_norm` (by min(1, max_norm / (norm + 1e-6))); returns that norm before clipping, a
@@ -64,7 +66,8 @@ def clip_grad_norm(params: Tensor | Iterable[Tensor], max_norm: float,
     return out[-1]
 
 
-def clip_grad_value(params: Tensor | Iterable[Tensor], lower: float, upper: float) -> None:
+def clip_grad_value(params: Tensor | Iterable[Tensor], lower: float | Tensor,
+                    upper: float | Tensor) -> None:
     """Clamp every gradient element into [lower, upper], in place; parameters whose `.grad` is
     None are skipped.
 
@@ -85,7 +88,7 @@ def clip_grad_value(params: Tensor | Iterable[Tensor], lower: float, upper: floa
         _rebind_grads(params, out)
 
 
-def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float,
+def clip_grad_norm_(parameters: Tensor | Iterable[Tensor], max_norm: float | Tensor,
                     norm_type: float | str = 2.0) -> Tensor:
     """PyTorch's spelling of `clip_grad_norm`."""
     return clip_grad_norm(parameters, max_norm, norm_type)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from ..creation import zeros, zeros_like
 from ..ops import OPS
 from ..tensors import Tensor, apply
-from .optimizer import Optimizer, require
+from .optimizer import Optimizer, Params, require
 
 
 class LAMB(Optimizer):
@@ -22,7 +21,7 @@ class LAMB(Optimizer):
     decoupled: it joins the direction after the Adam normalization, not the gradient.
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3,
+    def __init__(self, params: Params, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  bias_correction: bool = True, weight_decay: float = 0.0,
                  always_adapt: bool = False):
@@ -66,7 +65,7 @@ class LAMBFp16(LAMB):
         masters, m, v, steps = ([self.state[p][k] for p in params]
                                 for k in ("param_fp32", "exp_avg", "exp_avg_sq", "step"))
         beta1, beta2 = self.hyper(group, "betas")
-        grads = [p.grad.astype("float32") for p in params]
+        grads = [cast(Tensor, p.grad).astype("float32") for p in params]  # step(): all have one
         new = apply(OPS["lamb_update"], *masters, *grads, *m, *v, *steps,
                     self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
                     self.hyper(group, "weight_decay"), n=len(params),

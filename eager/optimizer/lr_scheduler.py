@@ -106,7 +106,7 @@ class MultiStepLR(LRScheduler):
 class CosineAnnealingLR(LRScheduler):
     """lr = eta_min + (base - eta_min) * (1 + cos(pi * epoch / T_max)) / 2."""
 
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,  # noqa: N803  (PyTorch's name)
                  last_epoch: int = -1,
                  current_epoch: int | None = None):
         self.T_max, self.eta_min = T_max, eta_min
@@ -125,8 +125,7 @@ class LambdaLR(LRScheduler):
                  last_epoch: int = -1,
                  current_epoch: int | None = None):
         n = len(optimizer.param_groups)
-        many = isinstance(lr_lambda, (list, tuple))
-        self.lr_lambdas = list(lr_lambda) if many else [lr_lambda] * n
+        self.lr_lambdas = [lr_lambda] * n if callable(lr_lambda) else list(lr_lambda)
         if len(self.lr_lambdas) != n:
             raise ValueError(f"LambdaLR: {len(self.lr_lambdas)} functions for {n} param groups")
         super().__init__(optimizer, last_epoch, current_epoch)
@@ -192,7 +191,8 @@ class LinearWarmup(LRScheduler):
         inner = scheduler if isinstance(scheduler, LRScheduler) else None
         self.scheduler = inner
         self.warmup_steps, self.start_factor = warmup_steps, start_factor
-        super().__init__(scheduler.optimizer if inner else scheduler, last_epoch, current_epoch)
+        super().__init__(scheduler.optimizer if isinstance(scheduler, LRScheduler) else scheduler,
+                         last_epoch, current_epoch)
 
     def factor(self, epoch: int) -> float:
         if epoch >= self.warmup_steps:
@@ -227,7 +227,7 @@ class LinearWarmup(LRScheduler):
 
 def _per_group(name: str, value: float | Sequence[float], n: int) -> list[float]:
     """One value per param group: a number for all, or a list or tuple of n."""
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, Sequence):
         if len(value) != n:
             raise OpArgumentError(f"OneCycleLR: {name} has {len(value)} values for {n} param "
                                   "groups; give one number or one per group")

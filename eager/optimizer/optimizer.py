@@ -84,6 +84,11 @@ class _Watched(dict):
         return dict, (dict(self),)
 
 
+# What an optimizer takes: the tensors to update, or param groups (dicts with "params" and any
+# hyper-parameters overriding the defaults)
+Params = Iterable[Tensor] | Iterable[dict[str, Any]]
+
+
 class Optimizer:
     """Base class: subclasses define `_init_state(param, group)` and `_update(params, group)`,
     which updates all `params` of one group that have a gradient (one fused op per group).
@@ -95,14 +100,14 @@ class Optimizer:
 
     structural_hypers: tuple[str, ...] = ()
 
-    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]):
+    def __init__(self, params: Params, defaults: dict[str, Any]):
         self.defaults = defaults
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Tensor]] = _Watched()
-        params = list(params)
-        if not params:
+        items: list = list(params)
+        if not items:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
-        for group in params if isinstance(params[0], dict) else [{"params": params}]:
+        for group in items if isinstance(items[0], dict) else [{"params": items}]:
             self.add_param_group(group)
 
     def add_param_group(self, group: dict[str, Any]) -> None:

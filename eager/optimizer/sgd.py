@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from ..creation import zeros_like
 from ..ops import OPS
 from ..tensors import Tensor, apply
-from .optimizer import Optimizer
+from .optimizer import Optimizer, Params
 
 
 class SGD(Optimizer):
@@ -20,7 +19,7 @@ class SGD(Optimizer):
     structural_hypers = ("momentum",)
     megengine_absent = {"nesterov": False}  # MegEngine's SGD has no nesterov
 
-    def __init__(self, params: Iterable[Any], lr: float, momentum: float = 0.0,
+    def __init__(self, params: Params, lr: float, momentum: float = 0.0,
                  nesterov: bool = False, weight_decay: float = 0.0):
         if lr < 0 or momentum < 0 or weight_decay < 0:
             raise ValueError(f"SGD: lr, momentum and weight_decay must be >= 0, got lr={lr}, "
