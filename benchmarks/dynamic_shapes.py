@@ -26,7 +26,7 @@ largest relative difference of the loss curve from PyTorch's.
 
 Children run without a persistent compilation cache (`PARTIAL_CACHE_DIR` removed, jax's cache
 off). With `--cache-dir DIR` each jax mode runs twice with the cache in `DIR/<mode>`: the first
-process fills it, the second reuses it. The issue's goals: total time at most 5x PyTorch eager's
+process fills it, the second reuses it. The goals: total time at most 5x PyTorch eager's
 without the cache and 1.5x with it (second process); partial's median step at most 1.25x PyTorch
 eager's; no compiles once the shape buckets have been seen; xla compiles once.
 """
@@ -355,7 +355,7 @@ def print_agreement(rows: list[tuple[str, dict[str, Any]]]) -> None:
 
 
 def print_goals(rows: list[tuple[str, dict[str, Any]]]) -> None:
-    """The issue's goals per jax row (1.5x total for a process that reuses the cache)."""
+    """The goals (module docstring) per jax row (1.5x total for a process that reuses the cache)."""
     ref = reference(rows)
     print("\n### Goals\n")
     for label, r in rows:

@@ -10,7 +10,7 @@ times `steps` consecutive steps of each variant in turn (after warmup), and each
 median over rounds of the per-round ratio. It reports the project's goals: partial / jax_split
 (<= 1.10) and xla / jax_jit_step (<= 1.05), with eager / jax_eager (< 1) where it applies; for
 the cnn and `dynamic`, when torch imports, also partial and xla against PyTorch eager
-(`torch_eager`, 2 threads, in the same process) (<= 1.25, issue 15's goal for the cnn). For
+(`torch_eager`, 2 threads, in the same process) (<= 1.25, the goal set for the cnn). For
 `dynamic` the head's count changes nearly every step, and `jax_split` / `jax_jit_step` compute
 it masked at the batch's fixed size (`benchmarks.workloads.masked_mean_loss`); its goal against
 `jax_split` is 1.05. The jax references are the pure-jax NCHW
@@ -30,7 +30,7 @@ from benchmarks.workloads import VARIANTS, spec_of, variants_for
 
 PAIRS = [("eager", "jax_eager", "< 1"), ("partial", "jax_split", "<= 1.10"),
          ("xla", "jax_jit_step", "<= 1.05")]
-# Against PyTorch eager, for the workloads where it is timed too (issue 15's goal).
+# Against PyTorch eager, for the workloads where it is timed too (at most 25% slower).
 TORCH_PAIRS = [("partial", "torch_eager", "<= 1.25"), ("xla", "torch_eager", "<= 1.25")]
 TORCH_WORKLOADS = ("cnn", "dynamic")
 STEPS = {"mlp": 10, "cnn": 2, "gpt": 5}

@@ -3,7 +3,7 @@
 Run `python -m benchmarks [--quick] [--workloads mlp,cnn,gpt,dynamic] [--variants ...]
 [--out DIR]`.
 
-Workloads: the three of `shared/reference/workloads.md` (an MLP, a small ResNet with BatchNorm,
+Workloads: the three of `benchmarks.workloads` (an MLP, a small ResNet with BatchNorm,
 a two-block GPT) and `dynamic`, the MLP with a dynamic head (the mean loss over the samples whose
 loss is at or above the batch mean: a data-dependent count that changes nearly every step; eager
 code selects them, a ragged tensor, and the pure-jax references mask them at the batch's fixed
@@ -14,7 +14,7 @@ a masked computation); the pure-jax references `jax_jit_step` (whole step in one
 ideal `partial_trace` costs) and `jax_eager` (no jit); and, when torch is importable,
 `torch_eager` and `torch_compile_backbone`.
 
-Protocol (workloads.md): each (workload, variant) runs in a fresh process, which builds the model,
+Protocol: each (workload, variant) runs in a fresh process, which builds the model,
 loads the canonical init and moves the batch untimed, then times the first step alone (capture
 and compilation included), runs the warmup steps (mlp 10, cnn 5, gpt 5) and times each step
 (mlp 100, cnn 30, gpt 50) with `time.perf_counter` around step and sync. Every variant's losses

@@ -1,7 +1,7 @@
 """PyTorch implementations of the benchmark workloads, for comparison (torch is never a
 dependency: `benchmarks.suite` uses this module only when `import torch` works).
 
-Each follows the spec of `shared/reference/workloads.md` exactly: the same canonical initial
+Each follows the workloads of `benchmarks.workloads` exactly: the same canonical initial
 weights (loaded by their PyTorch `state_dict` names), the same fixed batch, the same optimizer
 (SGD with momentum or Adam), BatchNorm with PyTorch's momentum 0.1, exact GELU, and causal
 attention through `F.scaled_dot_product_attention`; the dynamic workload uses the same

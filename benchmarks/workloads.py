@@ -1,4 +1,4 @@
-"""The three peer benchmark workloads (mlp, cnn, gpt) of `shared/reference/workloads.md`.
+"""The three peer benchmark workloads (mlp, cnn, gpt): the same work in every implementation.
 
 For each workload this module holds the canonical data (`make_batch`) and initial weights
 (`init_params`, PyTorch layout and `state_dict` names), the `eager` model with the same parameter

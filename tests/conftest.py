@@ -1,5 +1,5 @@
 """Shared fixtures: a deterministic framework seed per test, float64 for finite differences, and
-one persistent compilation cache per test process."""
+one persistent compilation cache per test process; and the hypothesis profiles."""
 
 import gc
 import os
@@ -8,6 +8,7 @@ import zlib
 import jax
 import numpy as np
 import pytest
+from hypothesis import settings
 
 import eager as eg
 import partial
@@ -17,6 +18,17 @@ import partial
 # bits of mantissa: errors near 1e-3), so there the tests ask for full float32 products.
 if jax.default_backend() != "cpu":
     jax.config.update("jax_default_matmul_precision", "highest")
+
+# Hypothesis profiles, chosen by the environment variable HYPOTHESIS_PROFILE:
+# - "ci" (the default): the same examples on every run, few of them, since most examples compile
+#   new shapes (tens of milliseconds to a second each);
+# - "thorough": ten times as many, new ones on every run (a failure is kept in .hypothesis/ and
+#   replayed first next time), for a nightly or a pre-release run.
+# A property whose examples cost much more or much less than a typical one's sets its own count
+# with `tests.helpers.examples(n)`: n under "ci", ten times n under "thorough".
+settings.register_profile("ci", max_examples=6, deadline=None, derandomize=True)
+settings.register_profile("thorough", max_examples=60, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import demo  # noqa: E402
+import demo
 
 
 @pytest.fixture(scope="module")

@@ -349,7 +349,7 @@ def test_multi_head_attention_by_finite_differences(x64, rng):
     fd_check(loss, [_r(rng, 2, 3, 6), mha.in_proj_weight.numpy()])
 
 
-# ----- what the manager holds (issue 14) ----------------------------------------------------
+# ----- what the manager holds -------------------------------------------------------------------
 def test_attached_tensors_are_held_weakly_so_a_dropped_model_is_freed():
     net = M.Sequential(M.Linear(3, 4), M.Linear(4, 2))
     gm = GradManager().attach(net.parameters())

@@ -585,7 +585,7 @@ def test_threads_saving_to_one_path_never_collide_and_readers_see_whole_files(tm
         try:
             for _ in range(12):
                 eg.save(obj, path)
-        except BaseException as e:  # reported by the main thread
+        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
             errors.append(e)
 
     def read():
@@ -598,7 +598,7 @@ def test_threads_saving_to_one_path_never_collide_and_readers_see_whole_files(tm
                 seen.add(got["writer"])
                 if done:
                     return
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
             errors.append(e)
 
     threads = [threading.Thread(target=write, args=(objs[i],)) for i in range(4)]

@@ -12,6 +12,7 @@ import eager.optimizer as optim
 from benchmarks.compiles import count_compiles
 from eager.autodiff import GradManager
 from partial import partial_trace
+from tests.helpers import training_step
 
 # odd sizes, so that the first step compiles anew whatever other tests ran in this process
 BATCH, FEATURES, HIDDEN, CLASSES = 7, 13, 11, 5
@@ -28,11 +29,10 @@ def _stepper(compiled: bool):
     features = partial_trace(body) if compiled else body
 
     def step(x, y):
-        with gm:
-            loss = F.cross_entropy(head(features(eg.tensor(x))), eg.tensor(y))
-            gm.backward(loss)
-        opt.step().clear_grad()
-        return loss.item()
+        def loss():
+            return F.cross_entropy(head(features(eg.tensor(x))), eg.tensor(y))
+
+        return training_step(gm, opt, loss).item()
 
     return step
 

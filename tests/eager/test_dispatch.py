@@ -9,6 +9,7 @@ import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
+from tests.helpers import training_step
 
 
 def _traces() -> int:
@@ -28,10 +29,7 @@ def test_training_steps_after_the_first_do_not_trace(rng):
     def step():
         x = eg.tensor(rng.standard_normal((5, 2, 6, 6)).astype(np.float32))
         y = eg.tensor(rng.integers(0, 3, 5))
-        with gm:
-            loss = F.cross_entropy(net(x), y)
-            gm.backward(loss)
-        opt.step().clear_grad()
+        loss = training_step(gm, opt, lambda: F.cross_entropy(net(x), y))
         sched.step()
         return loss.item()
 

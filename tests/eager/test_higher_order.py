@@ -6,14 +6,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
 import eager.functional as F
 from eager.autodiff import Function, GradManager
+from tests.helpers import examples
 
-FAST = settings(max_examples=8, deadline=None, derandomize=True)
+FAST = examples(8)
 
 # Each pair: the eager function and the same in jnp, on a (3, 4) input and a (4, 5) weight.
 BLOCKS = {
@@ -51,19 +52,19 @@ def test_hessian_vector_products_match_jax(names, seed):
     hvp = jax.grad(lambda w_: jnp.vdot(jax.grad(f_jax)(w_), v))(jnp.asarray(w))
     first = jax.grad(f_jax)(jnp.asarray(w))
 
-    W = eg.Parameter(w)
-    outer, inner = GradManager().attach([W]), GradManager().attach([W])
+    wt = eg.Parameter(w)
+    outer, inner = GradManager().attach([wt]), GradManager().attach([wt])
     with outer:
         with inner:
-            h = eg.tensor(x) @ W
+            h = eg.tensor(x) @ wt
             for n in names:
                 h = BLOCKS[n][0](h)
             inner.backward(h.sum())
-        g = W.grad
+        g = wt.grad
         np.testing.assert_allclose(g.numpy(), first, rtol=2e-5, atol=2e-6)
-        W.grad = None
+        wt.grad = None
         outer.backward((g * eg.tensor(v)).sum())
-    np.testing.assert_allclose(W.grad.numpy(), hvp, rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(wt.grad.numpy(), hvp, rtol=2e-4, atol=2e-5)
 
 
 def test_gradient_penalty_on_the_input_matches_jax():
@@ -79,15 +80,15 @@ def test_gradient_penalty_on_the_input_matches_jax():
 
     expected_loss, expected = jax.value_and_grad(penalty)(jnp.asarray(w))
 
-    W, X = eg.Parameter(w), eg.tensor(x)
-    outer, inner = GradManager().attach([W]), GradManager().attach([X])
+    wt, xt = eg.Parameter(w), eg.tensor(x)
+    outer, inner = GradManager().attach([wt]), GradManager().attach([xt])
     with outer:
         with inner:
-            inner.backward(F.tanh(X @ W).sum())
-        loss = ((F.sqrt((X.grad * X.grad).sum(axis=1)) - 1.0) ** 2).mean()
+            inner.backward(F.tanh(xt @ wt).sum())
+        loss = ((F.sqrt((xt.grad * xt.grad).sum(axis=1)) - 1.0) ** 2).mean()
         outer.backward(loss)
     np.testing.assert_allclose(loss.item(), expected_loss, rtol=1e-5)
-    np.testing.assert_allclose(W.grad.numpy(), expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(wt.grad.numpy(), expected, rtol=1e-4, atol=1e-6)
 
 
 def test_third_order_with_three_managers():

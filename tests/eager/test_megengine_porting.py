@@ -1,9 +1,9 @@
-"""MegEngine code that failed here before the parity run (the parity issue's item 3 and some of
-item 4), each against an independent reference: float class labels, argmax over several
-axes, batch_norm with float16 input and float32 parameters or out of place, user attributes
-on tensors, `Tensor.set_value`, `M.init`'s fan, gain and MSRA / Xavier initializers, and
-`optim.LAMBFp16` against `LAMB` on float32 masters. The same programs run against real
-MegEngine in tests/parity/cases_porting.py."""
+"""MegEngine code that failed here before it was run against real MegEngine (data types, argument
+forms and initializers MegEngine accepts), each against an independent reference: float class
+labels, argmax over several axes, batch_norm with float16 input and float32 parameters or out of
+place, user attributes on tensors, `Tensor.set_value`, `M.init`'s fan, gain and MSRA / Xavier
+initializers, and `optim.LAMBFp16` against `LAMB` on float32 masters. The same programs run against
+real MegEngine in tests/parity/cases_porting.py."""
 
 import math
 
@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
@@ -20,16 +20,13 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from eager.errors import OpArgumentError
+from tests.helpers import examples, randn_array
 
-FEW = settings(max_examples=4, deadline=None, derandomize=True)
-
-
-def _x(*shape, seed=0, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+FEW = examples(4)
 
 
 def test_float_labels_holding_whole_numbers_act_as_integer_labels():
-    pred = _x(4, 3)
+    pred = randn_array(4, 3)
     for loss in (F.cross_entropy, F.nll_loss):
         want = loss(eg.tensor(pred), eg.tensor([0, 2, 1, 1])).item()
         assert loss(eg.tensor(pred), eg.tensor([0.0, 2.0, 1.0, 1.0])).item() == want
@@ -44,7 +41,7 @@ def test_argmax_and_argmin_over_several_axes_index_the_flattened_axes(shape, dat
     axes = data.draw(st.lists(st.integers(-len(shape), len(shape) - 1), min_size=1,
                               max_size=len(shape), unique_by=lambda a: a % len(shape)))
     keepdims = data.draw(st.booleans())
-    x = _x(*shape, seed=len(axes))
+    x = randn_array(*shape, seed=len(axes))
     chosen = sorted(a % len(shape) for a in axes)
     kept = [d for d in range(len(shape)) if d not in chosen]
     flat = x.transpose(kept + chosen).reshape([shape[d] for d in kept] + [-1])
@@ -65,7 +62,7 @@ def _bn_ref(x, w, b, eps=1e-5):
 
 
 def test_batch_norm_of_float16_input_with_float32_parameters():
-    x = _x(2, 3, 4, 4, dtype=np.float16)
+    x = randn_array(2, 3, 4, 4, dtype=np.float16)
     w = np.linspace(0.5, 1.5, 3, dtype=np.float32).reshape(1, 3, 1, 1)
     b = np.linspace(-0.2, 0.2, 3, dtype=np.float32).reshape(1, 3, 1, 1)
     tx, tw, tb = eg.tensor(x), eg.Parameter(w), eg.Parameter(b)
@@ -83,7 +80,7 @@ def test_batch_norm_of_float16_input_with_float32_parameters():
 
 
 def test_batch_norm_out_of_place_returns_the_new_statistics_and_keeps_the_old():
-    x = _x(4, 3, 2, 2)
+    x = randn_array(4, 3, 2, 2)
     rm, rv = eg.zeros(3), eg.ones(3)
     y, mean, var = F.batch_norm(eg.tensor(x), rm, rv, training=True, momentum=0.9,
                                 inplace=False)
@@ -136,13 +133,13 @@ def test_initializers_draw_with_the_documented_spread(name, kwargs, std):
 
 
 def test_lamb_fp16_keeps_float32_masters_updated_as_lamb_updates_float32():
-    start = _x(6, seed=1) + 2
+    start = randn_array(6, seed=1) + 2
     half = eg.Parameter(start.astype(np.float16))
     single = eg.Parameter(start.astype(np.float16).astype(np.float32))
     fp16 = optim.LAMBFp16([half], lr=1e-3, weight_decay=0.1)
     ref = optim.LAMB([single], lr=1e-3, weight_decay=0.1)
     for i in range(4):
-        g = _x(6, seed=10 + i).astype(np.float16)
+        g = randn_array(6, seed=10 + i).astype(np.float16)
         half.grad, single.grad = eg.tensor(g), eg.tensor(g.astype(np.float32))
         fp16.step()
         ref.step()

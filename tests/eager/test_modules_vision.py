@@ -1,9 +1,11 @@
 """The image layers (InstanceNorm, Conv3d, AdaptiveMaxPool2d, Pad, PixelShuffle,
-LocalResponseNorm), the fused ConvRelu2d / ConvBn2d / ConvBnRelu2d, Conv2d's `padding_mode` and
-BatchNorm's `freeze`: state-dict names and shapes, forward passes against numpy references,
-gradients, and the compiled forms against eager.
+LocalResponseNorm, Dropout2d, Upsample), the fused ConvRelu2d / ConvBn2d / ConvBnRelu2d, Conv2d's
+`padding_mode` and BatchNorm's `freeze`: state-dict names and shapes, forward passes against
+numpy or jax references, gradients, and the compiled forms against eager.
 """
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -12,12 +14,12 @@ import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
+from tests.helpers import normal
 from tests.partial.differential import World, check_against_eager
 
-from .op_check import assert_close
-from .test_modules import conv2d_ref
-from .test_ops_vision import (
-    check_fn,
+from .op_check import assert_close, check_fn, check_vjp
+from .references import (
+    conv2d_ref,
     conv3d_ref,
     instance_norm_ref,
     lrn_ref,
@@ -25,10 +27,6 @@ from .test_ops_vision import (
 )
 
 TOL = dict(rtol=1e-4, atol=1e-5)
-
-
-def _f32(rng, *shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
 def _shapes(module):
@@ -54,9 +52,9 @@ def test_state_dict_names_and_shapes():
 
 
 def test_layers_against_references(rng):
-    x = _f32(rng, 2, 8, 5, 4, scale=2.0)
+    x = normal(rng, 2, 8, 5, 4, scale=2.0)
     norm = M.InstanceNorm(8)
-    norm.load_state_dict({"weight": _f32(rng, 8), "bias": _f32(rng, 8)})
+    norm.load_state_dict({"weight": normal(rng, 8), "bias": normal(rng, 8)})
     want = instance_norm_ref(x, norm.weight.numpy(), norm.bias.numpy(), 1e-5)
     assert_close(norm(eg.tensor(x)), want, 1e-4, 1e-5, "InstanceNorm")
     pad = M.Pad(((0, 0), (1, 0), (1, 2), (0, 0)), constant_val=1.5)
@@ -70,7 +68,7 @@ def test_layers_against_references(rng):
     assert_close(pooled[:, :, 1, 2], x[:, :, 2:5, 2:4].max(axis=(2, 3)), 0, 0, "pool")
     conv = M.Conv3d(2, 4, (2, 1, 2), stride=(2, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 2),
                     groups=2)
-    x3 = _f32(rng, 2, 2, 5, 4, 5)
+    x3 = normal(rng, 2, 2, 5, 4, 5)
     want = conv3d_ref(x3, conv.weight.numpy(), conv.bias.numpy(), conv.stride, conv.padding,
                       conv.dilation, 2)
     assert_close(conv(eg.tensor(x3)), want, 1e-4, 1e-4, "Conv3d")
@@ -90,7 +88,7 @@ def test_conv2d_padding_modes(rng, mode):
     (the border folded back onto the rows it copies) by finite differences."""
     conv = M.Conv2d(3, 4, 3, stride=(1, 2), padding=(2, 1), padding_mode=mode)
     w, b = conv.weight.numpy(), conv.bias.numpy()
-    check_fn(conv, lambda x: _padded_conv_ref(x, w, b, (2, 1), mode), [_f32(rng, 2, 3, 6, 5)],
+    check_fn(conv, lambda x: _padded_conv_ref(x, w, b, (2, 1), mode), [normal(rng, 2, 3, 6, 5)],
              rtol=1e-4, atol=1e-4)
 
 
@@ -113,7 +111,7 @@ def _bn_train_ref(y, momentum, running_mean, running_var, eps=1e-5):
 
 
 def test_fused_conv_modules(rng):
-    x = _f32(rng, 2, 3, 6, 5)
+    x = normal(rng, 2, 3, 6, 5)
     for cls, act in ((M.ConvBn2d, lambda v: v), (M.ConvBnRelu2d, lambda v: np.maximum(v, 0))):
         model = cls(3, 4, 3, stride=(1, 2), padding=(2, 1), momentum=0.8)
         conv = model.conv(eg.tensor(x)).numpy()
@@ -130,11 +128,11 @@ def test_batchnorm_freeze(rng):
     """Running statistics in training too, never updated; no gradient for weight and bias; the
     input's gradient is that of the fixed affine map."""
     bn = M.BatchNorm2d(3, freeze=True)
-    stats = {"weight": _f32(rng, 3), "bias": _f32(rng, 3), "running_mean": _f32(rng, 3),
-             "running_var": np.abs(_f32(rng, 3)) + 0.5}
+    stats = {"weight": normal(rng, 3), "bias": normal(rng, 3), "running_mean": normal(rng, 3),
+             "running_var": np.abs(normal(rng, 3)) + 0.5}
     bn.load_state_dict(stats)
     scale = stats["weight"] / np.sqrt(stats["running_var"] + 1e-5)
-    x = eg.tensor(_f32(rng, 2, 3, 2, 2))
+    x = eg.tensor(normal(rng, 2, 3, 2, 2))
     gm = GradManager().attach([x, bn.weight, bn.bias])
     with gm:
         y = bn(x)
@@ -169,7 +167,7 @@ def test_fused_and_frozen_modules_compiled_equal_eager():
         fwd = wrap(net)
 
         def step(i):
-            x = eg.tensor(_f32(np.random.default_rng(i), 2, 2, 4, 3))
+            x = eg.tensor(normal(np.random.default_rng(i), 2, 2, 4, 3))
             with gm:
                 out = fwd(x)
                 loss = (out ** 2).mean()
@@ -189,8 +187,8 @@ def test_functional_ops_compiled_equal_eager(rng):
     """conv3d and ctc_loss inside a region (labels and lengths are not read there)."""
     from partial import partial_trace
 
-    x, w = eg.tensor(_f32(rng, 1, 2, 3, 3, 3)), eg.tensor(_f32(rng, 2, 2, 2, 2, 2))
-    logits = _f32(rng, 4, 2, 3)
+    x, w = eg.tensor(normal(rng, 1, 2, 3, 3, 3)), eg.tensor(normal(rng, 2, 2, 2, 2, 2))
+    logits = normal(rng, 4, 2, 3)
     probs = eg.tensor(np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))
     args = (np.array([4, 3], np.int32), np.array([1, 2, 2], np.int32), np.array([2, 1], np.int32))
 
@@ -199,3 +197,69 @@ def test_functional_ops_compiled_equal_eager(rng):
 
     want = f(x, w, probs).item()
     assert abs(partial_trace(f)(x, w, probs).item() - want) < 1e-4 * abs(want)
+
+
+# ----- Dropout2d and Upsample ---------------------------------------------------------------------
+def test_dropout2d_zeroes_whole_channels_and_rescales(rng):
+    layer = M.Dropout2d(0.4)
+    x_np = np.abs(normal(rng, 40, 50, 3, 2)) + 0.5
+    x = eg.tensor(x_np)
+    gm = GradManager().attach([x])
+    with gm:
+        out = layer(x)
+        gm.backward(out.sum())
+    y = out.numpy()
+    dropped = (y == 0).all(axis=(2, 3))
+    kept = ~dropped
+    assert ((y == 0).any(axis=(2, 3)) == dropped).all()  # a plane is all dropped or all kept
+    assert 0.33 < dropped.mean() < 0.47
+    np.testing.assert_allclose(y[kept], x_np[kept] / 0.6, rtol=1e-6)
+    grad = x.grad.numpy()  # d(sum)/dx is the mask scaled by 1/(1-p)
+    np.testing.assert_allclose(grad[kept], 1 / 0.6, rtol=1e-6)
+    assert (grad[dropped] == 0).all()
+
+
+def test_dropout2d_eval_identity_seed_and_errors(rng):
+    x = eg.tensor(normal(rng, 2, 8, 2, 2))
+    layer = M.Dropout2d(0.5)
+    eg.random.seed(5)
+    first, second = layer(x).numpy(), layer(x).numpy()
+    eg.random.seed(5)
+    np.testing.assert_array_equal(layer(x).numpy(), first)
+    assert not np.array_equal(first == 0, second == 0)
+    assert layer.eval()(x) is x
+    assert M.Dropout2d(0.0)(x) is x
+    with pytest.raises(eg.OpArgumentError, match="NCHW"):
+        M.Dropout2d(0.5)(eg.ones((2, 3)))
+    with pytest.raises(ValueError, match="drop_prob"):
+        M.Dropout2d(1.0)(x)
+
+
+def test_upsample_nearest_repeats_pixels(rng):
+    x = eg.tensor(normal(rng, 2, 3, 2, 3))
+    ref = lambda v: jnp.repeat(jnp.repeat(v, 2, axis=2), 2, axis=3)  # noqa: E731
+    check_vjp(lambda: M.Upsample(scale_factor=2)(x), [x], ref)
+    check_vjp(lambda: M.Upsample(size=(4, 6))(x), [x], ref)
+
+
+def test_upsample_bilinear_matches_half_pixel_resize(rng):
+    x = eg.tensor(normal(rng, 1, 2, 3, 4))
+    layer = M.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+    check_vjp(lambda: layer(x), [x],
+              lambda v: jax.image.resize(v, (1, 2, 6, 8), "linear", antialias=False))
+
+
+def test_upsample_bilinear_align_corners(rng):
+    x_np = normal(rng, 1, 1, 2, 3)
+    out = M.Upsample(size=(3, 5), mode="bilinear", align_corners=True)(eg.tensor(x_np)).numpy()
+    # Corners map onto corners: output i samples input i * (in - 1) / (out - 1).
+    rows = np.array([np.interp(np.linspace(0, 2, 5), np.arange(3), r) for r in x_np[0, 0]])
+    expected = np.array([np.interp(np.linspace(0, 1, 3), np.arange(2), c) for c in rows.T]).T
+    np.testing.assert_allclose(out[0, 0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_upsample_needs_exactly_one_of_size_and_scale():
+    with pytest.raises(eg.OpArgumentError, match="exactly one"):
+        M.Upsample()
+    with pytest.raises(eg.OpArgumentError, match="exactly one"):
+        M.Upsample(size=4, scale_factor=2)

@@ -14,63 +14,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from jax.scipy.special import erf
 
 import eager as eg
 import eager.optimizer as optim
 
 from .op_check import check_op
+from .references import BINARY, POSITIVE, REAL, UNARY, values_in
 
-FAST = settings(max_examples=6, deadline=None, derandomize=True)
 LOW_PRECISION = {np.dtype(jnp.bfloat16): 2e-2, np.dtype(np.float16): 2e-3}
 
-
-def _values(seed, shape, dtype, domain):
-    rng = np.random.default_rng(seed)
-    lo, hi = domain
-    return rng.uniform(lo, hi, shape).astype(dtype)
-
-
-REAL, POSITIVE, UNIT = (-2.0, 2.0), (0.5, 2.0), (-0.9, 0.9)
-
-# name -> (reference, domain)
-UNARY = {
-    "neg": (lambda x: -x, REAL),
-    "abs": (lambda x: jnp.where(x < 0, -x, x), REAL),
-    "exp": (jnp.exp, REAL),
-    "log": (jnp.log, POSITIVE),
-    "log1p": (lambda x: jnp.log(1 + x), UNIT),
-    "sqrt": (lambda x: x**0.5, POSITIVE),
-    "rsqrt": (lambda x: 1 / jnp.sqrt(x), POSITIVE),
-    "sin": (jnp.sin, REAL),
-    "cos": (jnp.cos, REAL),
-    "tanh": (lambda x: (jnp.exp(2 * x) - 1) / (jnp.exp(2 * x) + 1), REAL),
-    "sigmoid": (lambda x: 1 / (1 + jnp.exp(-x)), REAL),
-    "relu": (lambda x: x * (x > 0), REAL),
-    "gelu": (lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2))), REAL),
-    "silu": (lambda x: x / (1 + jnp.exp(-x)), REAL),
-    "softplus": (lambda x: jnp.log(1 + jnp.exp(x)), REAL),
-    # halves away from zero (MegEngine's roundf), elsewhere as jnp.round
-    "round": (lambda x: jnp.where(jnp.abs(x - jnp.trunc(x)) == 0.5, jnp.trunc(x) + jnp.sign(x),
-                                  jnp.round(x)), REAL),
-    "floor": (jnp.floor, REAL),
-    "ceil": (jnp.ceil, REAL),
-    "sign": (jnp.sign, REAL),
-}
-
-BINARY = {
-    "add": (lambda x, y: x + y, REAL),
-    "sub": (lambda x, y: x - y, REAL),
-    "mul": (lambda x, y: x * y, REAL),
-    "div": (lambda x, y: x / y, POSITIVE),
-    "pow": (lambda x, y: jnp.exp(y * jnp.log(x)), POSITIVE),
-    "maximum": (lambda x, y: jnp.where(x > y, x, y), REAL),
-    "minimum": (lambda x, y: jnp.where(x < y, x, y), REAL),
-    "floor_div": (lambda x, y: jnp.floor(x / y), POSITIVE),
-    "mod": (lambda x, y: x - jnp.floor(x / y) * y, POSITIVE),
-}
 
 PREDICATES = {
     "equal": np.equal, "not_equal": np.not_equal, "less": np.less,
@@ -91,23 +45,21 @@ def _tol(dtype):
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
-@FAST
 @given(shape=shapes, dtype=float_dtypes, seed=st.integers(0, 2**16))
 def test_unary(name, shape, dtype, seed):
     ref, domain = UNARY[name]
-    x = _values(seed, shape, dtype, domain)
+    x = values_in(seed, shape, dtype, domain)
     tol = _tol(dtype)
     check_op(name, [x], lambda a: ref(a.astype(np.float32)).astype(a.dtype) if tol > 1e-5
              else ref(a), rtol=tol, atol=tol, grad_atol=1e-5, seed=seed)
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-@FAST
 @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
        seed=st.integers(0, 2**16))
 def test_binary_broadcasting(name, shapes, seed):
     ref, domain = BINARY[name]
-    x, y = (_values(seed + i, s, np.float32, domain) for i, s in enumerate(shapes.input_shapes))
+    x, y = (values_in(seed + i, s, np.float32, domain) for i, s in enumerate(shapes.input_shapes))
     check_op(name, [x, y], ref, rtol=2e-5, atol=1e-5, seed=seed)
 
 
@@ -115,7 +67,7 @@ def test_binary_broadcasting(name, shapes, seed):
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, jnp.bfloat16])
 def test_binary_python_scalar_keeps_dtype(name, dtype):
     """A Python scalar operand does not upcast the tensor (weak typing), on either side."""
-    x = _values(0, (3, 2), dtype, BINARY[name][1])
+    x = values_in(0, (3, 2), dtype, BINARY[name][1])
     t = eg.tensor(x)
     for out in (eg.apply(eg.OPS[name], t, 1.5), eg.apply(eg.OPS[name], 1.5, t)):
         assert out.dtype == np.dtype(dtype)
@@ -133,7 +85,6 @@ def test_int_tensor_with_float_scalar_promotes_to_float32():
 
 
 @pytest.mark.parametrize("name", sorted(PREDICATES))
-@FAST
 @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
        seed=st.integers(0, 2**16), kind=st.sampled_from(["float", "int", "bool"]))
 def test_predicates(name, shapes, seed, kind):
@@ -154,13 +105,13 @@ def test_predicates(name, shapes, seed, kind):
 
 
 def test_leaky_relu_clip_where_astype():
-    x = _values(1, (4, 5), np.float32, REAL)
+    x = values_in(1, (4, 5), np.float32, REAL)
     check_op("leaky_relu", [x], lambda a: jnp.where(a > 0, a, 0.2 * a), {"negative_slope": 0.2})
     lo, hi = np.full((5,), -0.5, np.float32), np.float32(1.0)
     check_op("clip", [x, lo, 1.0], lambda a, b, c: jnp.minimum(jnp.maximum(a, b), c))
     check_op("clip", [x, None, hi], lambda a, b, c: jnp.minimum(a, c))
     mask = x > 0.3
-    y = _values(2, (1, 5), np.float32, REAL)
+    y = values_in(2, (1, 5), np.float32, REAL)
     check_op("where", [mask, x, y], lambda m, a, b: m * a + (1 - m) * b)
     check_op("astype", [x], lambda a: a.astype(jnp.float16), {"dtype": np.dtype(np.float16)},
              rtol=1e-3, atol=1e-3)
@@ -189,11 +140,10 @@ def shape_and_axis(draw):
 
 
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
-@FAST
 @given(sa=shape_and_axis(), keepdims=st.booleans(), seed=st.integers(0, 2**16))
 def test_reductions(name, sa, keepdims, seed):
     shape, axis = sa
-    x = _values(seed, shape, np.float32, POSITIVE if name == "prod" else REAL)
+    x = values_in(seed, shape, np.float32, POSITIVE if name == "prod" else REAL)
     check_op(name, [x], lambda a: REDUCTIONS[name](a, axis, keepdims),
              {"axis": axis, "keepdims": keepdims}, rtol=2e-5, atol=1e-5)
 
@@ -202,7 +152,7 @@ def test_reductions(name, sa, keepdims, seed):
 @pytest.mark.parametrize("ddof", [0, 1])
 @pytest.mark.parametrize("axis", [None, 1, (0, 2)])
 def test_var_std(name, ddof, axis):
-    x = _values(3, (3, 4, 5), np.float32, REAL)
+    x = values_in(3, (3, 4, 5), np.float32, REAL)
 
     def ref(a):
         n = a.size if axis is None else np.prod([a.shape[i] for i in np.atleast_1d(axis)])
@@ -215,7 +165,7 @@ def test_var_std(name, ddof, axis):
 
 @pytest.mark.parametrize("ord", [1.0, 2.0, 3.0, math.inf, -math.inf, 0.0])
 def test_norm(ord):
-    x = _values(4, (3, 4), np.float32, REAL)
+    x = values_in(4, (3, 4), np.float32, REAL)
 
     def ref(a):
         if ord == 0:
@@ -232,14 +182,14 @@ def test_norm(ord):
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
 @pytest.mark.parametrize("axis", [None, 0, 1])
 def test_arg_reductions(name, axis):
-    x = _values(5, (4, 6), np.float32, REAL)
+    x = values_in(5, (4, 6), np.float32, REAL)
     fn = np.argmax if name == "argmax" else np.argmin
     check_op(name, [x], lambda a: jnp.asarray(fn(np.asarray(a), axis)).astype(jnp.int32),
              {"axis": axis, "keepdims": False})
 
 
 # ----- shape ops ----------------------------------------------------------------------------------
-X = _values(6, (2, 3, 4), np.float32, REAL)
+X = values_in(6, (2, 3, 4), np.float32, REAL)
 IDX = np.array([[0, 2, 1, 0], [1, 0, 0, 2]], np.int32)
 SHAPE_CASES = [
     ("reshape", [X], lambda a: a.reshape(6, 4), {"shape": (6, -1)}),

@@ -9,21 +9,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
 import eager.functional as F
 from eager.autodiff import GradManager
 from eager.errors import OpArgumentError, OpTypeError
+from tests.helpers import examples, randn_array
 
 from .op_check import assert_close, check_op
 
 # a value-and-gradient check compiles the op, its vjp and the reference for every new shape
 # (~0.3 s, ~1 s for matinv and svd): few examples each, and most of the linear algebra in the
 # slow set; the fast set keeps one value-and-gradient check of every op
-FAST = settings(max_examples=2, deadline=None, derandomize=True)
-ONE = settings(FAST, max_examples=1)
+FAST = examples(2)
+ONE = examples(1)
 SLOW = pytest.mark.slow
 
 COVERED = {"logaddexp", "dot", "diag", "roll", "meshgrid", "matinv", "svd", "topk_accuracy"}
@@ -31,10 +32,6 @@ COVERED = {"logaddexp", "dot", "diag", "roll", "meshgrid", "matinv", "svd", "top
 
 def check(name, inputs, ref, attrs=None, **kw):
     check_op(name, inputs, jax.jit(ref), attrs, **kw)
-
-
-def _normal(seed, shape, dtype=np.float32):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
 def _grad(fn, x, ct):
@@ -50,7 +47,7 @@ def _grad(fn, x, ct):
 @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3),
        seed=st.integers(0, 2**16))
 def test_logaddexp_broadcasting(shapes, seed):
-    x, y = (_normal(seed + i, s) * 3 for i, s in enumerate(shapes.input_shapes))
+    x, y = (randn_array(*s, seed=seed + i) * 3 for i, s in enumerate(shapes.input_shapes))
     check("logaddexp", [x, y], lambda a, b: jnp.maximum(a, b) + jnp.log1p(jnp.exp(-abs(a - b))),
           seed=seed)
 
@@ -95,7 +92,7 @@ def _diag_ref(x, k):
     pytest.param(*c, marks=SLOW) for c in [((3,), 0), ((4,), -1), ((), 1), ((3, 4), 0),
                                            ((3, 4), 3)])])
 def test_diag(shape, k):
-    check("diag", [_normal(k + 7, shape)], lambda x: _diag_ref(x, k), {"k": k})
+    check("diag", [randn_array(*shape, seed=k + 7)], lambda x: _diag_ref(x, k), {"k": k})
 
 
 def test_diag_keeps_integer_dtype():
@@ -119,10 +116,10 @@ def test_roll(shape, data, seed):
     ndim = len(shape)
     axes = data.draw(st.lists(st.integers(-ndim, ndim - 1), min_size=1, max_size=3))
     shifts = data.draw(st.lists(st.integers(-9, 9), min_size=len(axes), max_size=len(axes)))
-    x = _normal(seed, shape)
+    x = randn_array(*shape, seed=seed)
     out = F.roll(eg.tensor(x), tuple(shifts), tuple(axes))
     assert_close(out, np.roll(x, shifts, axes), 0, 0, "roll")
-    ct = _normal(seed + 1, shape)
+    ct = randn_array(*shape, seed=seed + 1)
     _, pullback = jax.vjp(lambda a: _roll_ref(a, shifts, axes), x)
     assert_close(_grad(lambda t: F.roll(t, tuple(shifts), tuple(axes)), x, ct), pullback(ct)[0],
                  0, 1e-6, "roll gradient")
@@ -134,15 +131,15 @@ def test_roll_flattened_and_by_an_int():
     np.testing.assert_array_equal(F.roll(eg.tensor(x), 1).numpy(), np.roll(x, 1))
     np.testing.assert_array_equal(F.roll(eg.tensor(x), -7, -1).numpy(), np.roll(x, -7, -1))
     assert F.roll(eg.tensor(3.0), 2).item() == 3.0
-    check("roll", [_normal(0, (2, 3))], lambda a: _roll_ref(a.reshape(-1), [4], [0]).reshape(2, 3),
+    check("roll", [randn_array(2, 3)], lambda a: _roll_ref(a.reshape(-1), [4], [0]).reshape(2, 3),
           {"shift": 4, "axis": None})
 
 
 def test_swapaxes():
-    x = _normal(1, (2, 3, 4))
+    x = randn_array(2, 3, 4, seed=1)
     out = F.swapaxes(eg.tensor(x), -1, 0)
     assert_close(out, np.swapaxes(x, -1, 0), 0, 0, "swapaxes")
-    ct = _normal(2, (4, 3, 2))
+    ct = randn_array(4, 3, 2, seed=2)
     assert_close(_grad(lambda t: F.swapaxes(t, 2, 0), x, ct), np.swapaxes(ct, 0, 2), 0, 0,
                  "swapaxes gradient")
     assert F.swapaxes(eg.tensor(x), 1, 1).shape == (2, 3, 4)
@@ -169,7 +166,7 @@ def _mesh_ref(*xs, indexing):
     pytest.param(*c, marks=SLOW) for c in [([(3,), (2,), (4,)], "ij"), ([(3,)], "xy"),
                                            ([(), (2,)], "xy")])])
 def test_meshgrid(shapes, indexing):
-    xs = [_normal(i, s) for i, s in enumerate(shapes)]
+    xs = [randn_array(*s, seed=i) for i, s in enumerate(shapes)]
     check("meshgrid", xs, lambda *a: _mesh_ref(*a, indexing=indexing), {"indexing": indexing})
 
 
@@ -181,14 +178,14 @@ def test_meshgrid_returns_a_tuple_of_the_inputs_dtype():
 
 # ----- matinv, svd -----------------------------------------------------------------------------
 def _well_conditioned(seed, shape, dtype=np.float32):
-    return (_normal(seed, shape) + 3 * np.eye(shape[-1], dtype=np.float32)).astype(dtype)
+    return (randn_array(*shape, seed=seed) + 3 * np.eye(shape[-1], dtype=np.float32)).astype(dtype)
 
 
 def test_matinv_value_and_gradient():
     a = _well_conditioned(2, (3, 3))
     inv = np.linalg.inv(a.astype(np.float64))
     assert_close(F.matinv(eg.tensor(a)), inv, 1e-5, 1e-6, "matinv")
-    ct = _normal(3, (3, 3))
+    ct = randn_array(3, 3, seed=3)
     # d(A^-1) = -A^-1 dA A^-1, so the gradient is -A^-T ct A^-T
     assert_close(_grad(F.matinv, a, ct), -inv.T @ ct @ inv.T, 1e-4, 1e-5, "matinv gradient")
 
@@ -223,7 +220,7 @@ def _singular_values(a):
 @SLOW
 @pytest.mark.parametrize("shape", [(4, 3), (2, 3, 5)])
 def test_svd_singular_values_and_their_gradient(shape):
-    a = _normal(5, shape)
+    a = randn_array(*shape, seed=5)
     check("svd", [a], lambda x: (_singular_values(x),),
           {"full_matrices": False, "compute_uv": False}, rtol=1e-4, atol=1e-5)
     s = F.svd(eg.tensor(a), compute_uv=False)
@@ -233,7 +230,7 @@ def test_svd_singular_values_and_their_gradient(shape):
 @pytest.mark.parametrize("shape, full", [((4, 3), False), pytest.param((4, 3), True, marks=SLOW),
                                          pytest.param((2, 3, 5), True, marks=SLOW)])
 def test_svd_factors(shape, full):
-    a = _normal(6, shape)
+    a = randn_array(*shape, seed=6)
     u, s, vh = F.svd(eg.tensor(a), full_matrices=full)
     m, n = shape[-2:]
     k = min(m, n)
@@ -247,7 +244,7 @@ def test_svd_factors(shape, full):
         np.eye(vh.shape[-2]), vh.shape[:-2] + (vh.shape[-2],) * 2), atol=1e-5)
     np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-5)
     # the gradient of sum(S * ct) is U diag(ct) Vh (numpy's factors: the product has no sign)
-    ct = _normal(7, shape[:-2] + (k,))
+    ct = randn_array(*(shape[:-2] + (k,)), seed=7)
     nu, _, nvh = np.linalg.svd(a.astype(np.float64), full_matrices=False)
     assert_close(_grad(lambda t: F.svd(t, full_matrices=full)[1], a, ct),
                  (nu * ct[..., None, :]) @ nvh, 1e-4, 1e-5, "svd gradient")
@@ -256,7 +253,7 @@ def test_svd_factors(shape, full):
 @SLOW
 def test_svd_gradient_of_a_sign_invariant_function_of_the_vectors():
     """|U| and |Vh| do not depend on the signs jax picks: their gradient against jax.vjp."""
-    a = _normal(8, (4, 3))
+    a = randn_array(4, 3, seed=8)
 
     def loss(u, s, vh, xp):
         return xp.sum(u * u * np.arange(3.0, dtype=np.float32)) + xp.sum(s) + xp.sum(

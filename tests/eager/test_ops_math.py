@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from jax.scipy.special import erf, erfinv
 
@@ -21,27 +21,23 @@ import eager.functional as F
 from eager.autodiff import GradManager
 from eager.errors import OpArgumentError
 from partial import partial_trace
+from tests.helpers import examples
 
 from .op_check import check_op, fd_check
+from .references import POSITIVE, REAL, UNIT, values_in
 
 # Every new shape and dtype costs XLA compiles of the op's forward and backward (~40 ms each):
 # each elementwise op runs in three fixed lanes (float32 with its gradient, bfloat16 and float16,
 # each at another rank), hypothesis drawing the values; broadcasting shapes are drawn for atan2.
-FAST = settings(max_examples=2, deadline=None, derandomize=True)
+FAST = examples(2)
 LANES = [((2, 1, 3), np.float32), ((3,), jnp.bfloat16), ((), np.float16)]
 LOW_PRECISION = {np.dtype(jnp.bfloat16): 2e-2, np.dtype(np.float16): 4e-3}
-REAL, POSITIVE, UNIT = (-2.0, 2.0), (0.5, 2.0), (-0.9, 0.9)
 SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
 def check(name, inputs, ref, attrs=None, **kw):
     """`check_op` with the reference jitted: one compile for it, not one per primitive."""
     check_op(name, inputs, jax.jit(ref), attrs, **kw)
-
-
-def _values(seed, shape, dtype, domain):
-    lo, hi = domain
-    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(dtype)
 
 
 def _asinh(x):
@@ -89,7 +85,7 @@ COVERED = set(UNARY) | {"atan2", "elu", "prelu", "normalize", "smooth_l1_loss", 
 @given(seed=st.integers(0, 2**16))
 def test_unary(name, shape, dtype, seed):
     ref, domain = UNARY[name]
-    x = _values(seed, shape, dtype, domain)
+    x = values_in(seed, shape, dtype, domain)
     tol = LOW_PRECISION.get(np.dtype(dtype))
     if tol is None:
         check(name, [x], ref, rtol=1e-5, atol=1e-5, grad_atol=1e-4, seed=seed)
@@ -103,7 +99,7 @@ def test_unary(name, shape, dtype, seed):
 @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3),
        seed=st.integers(0, 2**16))
 def test_atan2_broadcasting(shapes, seed):
-    y, x = (_values(seed + i, s, np.float32, REAL) for i, s in enumerate(shapes.input_shapes))
+    y, x = (values_in(seed + i, s, np.float32, REAL) for i, s in enumerate(shapes.input_shapes))
 
     def ref(b, a):  # the quadrant fix-up of atan(y / x)
         t = jnp.arctan(b / a)
@@ -128,7 +124,7 @@ def test_erf_erfinv():
 
 
 def test_elu():
-    x, alpha = _values(3, (4, 5), np.float32, (-3.0, 3.0)), 0.3
+    x, alpha = values_in(3, (4, 5), np.float32, (-3.0, 3.0)), 0.3
     check("elu", [x], lambda a: jnp.where(a > 0, a, alpha * (jnp.exp(a) - 1)), {"alpha": alpha},
           atol=1e-6)
     np.testing.assert_allclose(F.elu(eg.tensor(x), alpha).numpy(),
@@ -171,8 +167,8 @@ def test_activation_kinks_follow_pytorch(name):
     ((4, 3), (3,)), ((2, 3, 4, 2), (1, 3, 1, 1)), ((2, 3, 4), ()), ((5,), (1,)),
 ])
 def test_prelu(x_shape, w_shape):
-    x = _values(8, x_shape, np.float32, REAL)
-    w = _values(9, w_shape, np.float32, (0.05, 0.5))
+    x = values_in(8, x_shape, np.float32, REAL)
+    w = values_in(9, w_shape, np.float32, (0.05, 0.5))
 
     def ref(a, b):  # MegEngine's formula, the weight laid along axis 1
         b = b.reshape(()) if b.size == 1 else b.reshape((1, -1) + (1,) * (a.ndim - 2))
@@ -198,7 +194,7 @@ def _norm_ref(a, ord, axis, xp=jnp):
 
 @pytest.mark.parametrize("ord, axis", [(2.0, None), (2.0, 1), (1.0, (0, 2)), (math.inf, -1)])
 def test_normalize(ord, axis):
-    x = _values(11, (2, 3, 4), np.float32, REAL)
+    x = values_in(11, (2, 3, 4), np.float32, REAL)
     check("normalize", [x], lambda a: a / jnp.maximum(_norm_ref(a, ord, axis), 1e-12),
              {"ord": ord, "axis": axis, "eps": 1e-12}, atol=1e-6)
     got = F.normalize(eg.tensor(x), ord, axis).numpy()
@@ -229,7 +225,7 @@ RED = {"mean": jnp.mean, "sum": jnp.sum, "none": lambda t: t}
 
 @pytest.mark.parametrize("beta, reduction", [(1.0, "mean"), (0.5, "none"), (0.0, "sum")])
 def test_smooth_l1_loss(beta, reduction):
-    pred, label = _values(12, (4, 5), np.float32, REAL), _values(13, (4, 5), np.float32, REAL)
+    pred, label = values_in(12, (4, 5), np.float32, REAL), values_in(13, (4, 5), np.float32, REAL)
 
     def ref(p, y):  # Huber's loss divided by beta, through the clipped difference
         d = jnp.abs(p - y)
@@ -256,8 +252,8 @@ def test_smooth_l1_loss_hand_values_and_errors():
 
 @pytest.mark.parametrize("norm, reduction", [("L1", "mean"), ("L2", "none"), ("L1", "sum")])
 def test_hinge_loss(norm, reduction):
-    pred = _values(14, (5, 4), np.float32, REAL)
-    label = np.where(_values(15, (5, 4), np.float32, REAL) > 0, 1.0, -1.0).astype(np.float32)
+    pred = values_in(14, (5, 4), np.float32, REAL)
+    label = np.where(values_in(15, (5, 4), np.float32, REAL) > 0, 1.0, -1.0).astype(np.float32)
     p = 1 if norm == "L1" else 2
     check("hinge_loss", [pred, label],
              lambda a, y: RED[reduction](jnp.sum(jnp.maximum(1 - a * y, 0) ** p, axis=1)),

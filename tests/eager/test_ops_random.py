@@ -260,7 +260,7 @@ def test_shuffle_and_rng_state_in_regions_match_eager():
 
 
 # ----- creation under F -----------------------------------------------------------------------
-def test_creation_functions_under_F_are_the_eager_ones():
+def test_creation_functions_under_F_are_the_eager_ones():  # noqa: N802 (F: eager.functional)
     for name in ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange",
                  "linspace", "eye"]:
         assert getattr(F, name) is getattr(eg, name), name

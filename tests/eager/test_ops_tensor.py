@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
@@ -18,13 +18,13 @@ import eager.functional as F
 from eager.autodiff import GradManager
 from eager.errors import OpArgumentError, OpTypeError
 from partial import ValueReadError, partial_trace, xla_trace
+from tests.helpers import examples
 
 from .op_check import assert_close, check_op
 
-FAST = settings(max_examples=6, deadline=None, derandomize=True)
 # a value-and-gradient check compiles the op, its vjp and the reference's vjp for every new
 # shape (~0.4 s): those tests draw fewer examples
-GRAD = settings(FAST, max_examples=3)
+GRAD = examples(3)
 
 COVERED = {"sort", "argsort", "topk", "cumsum", "cumprod", "einsum", "tril", "triu",
            "count_nonzero", "nonzero", "cond_take", "interpolate", "any", "all"}
@@ -216,7 +216,6 @@ def _sparse(seed, shape, dtype):
     return (rng.integers(-2, 3, shape) * (rng.random(shape) < 0.4)).astype(dtype)
 
 
-@FAST
 @given(shape=shapes, seed=st.integers(0, 2**16), keepdims=st.booleans(), data=st.data(),
        dtype=st.sampled_from([np.float32, np.int32, np.bool_]))
 def test_any_and_all(shape, seed, keepdims, data, dtype):
@@ -230,7 +229,6 @@ def test_any_and_all(shape, seed, keepdims, data, dtype):
 
 
 @pytest.mark.slow
-@FAST
 @given(shape=shapes, seed=st.integers(0, 2**16),
        dtype=st.sampled_from([np.float32, np.int32, np.bool_]))
 def test_nonzero(shape, seed, dtype):

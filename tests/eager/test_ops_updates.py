@@ -1,7 +1,7 @@
 """Op-level tests of the optimizer updates Adagrad, Adadelta and LAMB, and of the gradient
 clipping ops, each against an independent jnp reference (values; for the clipping ops also
 gradients through `jax.vjp`). The optimizers built on them are tested in
-tests/eager/test_optimizers_more.py."""
+tests/eager/test_optimizers.py, the clipping functions in tests/eager/test_grad_clipping.py."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -147,6 +147,7 @@ def test_clip_grad_value_op(lower, upper):
 
 
 # Every op this module registers has its value (and, for the clipping ops, gradient) checked
-# above; the optimizers on top are tested in tests/eager/test_optimizers_more.py.
+# above; the optimizers and clipping functions on top are tested in tests/eager/test_optimizers.py
+# and tests/eager/test_grad_clipping.py.
 COVERED = {"adagrad_update", "adadelta_update", "lamb_update", "clip_grad_norm",
            "clip_grad_value"}

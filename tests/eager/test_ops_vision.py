@@ -5,95 +5,42 @@ over every alignment and by a numpy forward algorithm) and each gradient against
 differences of that reference in float64; the slow set also checks full vjps against
 `jax.vjp` of the references (`check_op`). Then the errors bad arguments raise.
 
-The references take numpy or jax arrays (`_xp`): numpy ones need no compiling, which keeps the
-fast set fast.
+The references (here and in `references.py`) take numpy or jax arrays (`array_namespace`): numpy
+ones need no compiling, which keeps the fast set fast.
 """
 
 import itertools
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
 import eager.functional as F
 from eager.autodiff import GradManager
+from tests.helpers import examples, normal
 
-from .op_check import assert_close, check_op
+from .op_check import assert_close, check_fn, check_op
+from .references import (
+    array_namespace,
+    conv3d_ref,
+    instance_norm_ref,
+    lrn_ref,
+    pixel_shuffle_ref,
+)
 
-FAST = settings(max_examples=4, deadline=None, derandomize=True)
+FAST = examples(4)
 COVERED = {"conv3d", "pixel_shuffle", "local_response_norm", "ctc_loss"}
 
 
-def _f32(rng, *shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def _xp(x):
-    """jnp for jax arrays (a reference under `jax.vjp`), numpy otherwise."""
-    return jnp if isinstance(x, jax.Array) else np
-
-
-def check_fn(fn, ref, arrays, *, rtol=1e-5, atol=1e-5, grad_rtol=1e-4, seed=0):
-    """`fn` on Tensors against the numpy `ref` in float64: the value, and the gradient of
-    sum(out * a random cotangent) for each float input along a random direction against
-    central finite differences of `ref`."""
-    rng = np.random.default_rng(seed)
-    floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
-    tensors = [eg.tensor(a) for a in arrays]
-    gm = GradManager().attach([tensors[i] for i in floats])
-    with gm:
-        y = fn(*tensors)
-        ct = np.asarray(rng.standard_normal(y.shape), np.float32)
-        gm.backward(y, eg.tensor(ct))
-    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
-    assert_close(y, ref(*wide), rtol, atol, "value")
-    eps = 1e-6
-    for i in floats:
-        d = rng.standard_normal(arrays[i].shape)
-
-        def at(step, i=i, d=d):
-            args = list(wide)
-            args[i] = wide[i] + step * d
-            return np.sum(ct * ref(*args))
-
-        numeric = (at(eps) - at(-eps)) / (2 * eps)
-        terms = tensors[i].grad.numpy().astype(np.float64) * d
-        assert abs(terms.sum() - numeric) <= grad_rtol * (np.abs(terms).sum() + 1e-3), (
-            f"gradient of input {i}: {terms.sum()} vs finite differences {numeric}")
-
-
 # ----- conv3d -------------------------------------------------------------------------------------
-def conv3d_ref(x, w, b, stride, padding, dilation, groups):
-    """By patches: gather every output position's receptive field from the padded input with
-    numpy index arithmetic, then contract it with the weight group by group."""
-    xp = _xp(x)
-    padded = xp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding])
-    cout, cin_g, *k = w.shape
-    index = []
-    for axis, (n, p, d, kk, s) in enumerate(zip(x.shape[2:], padding, dilation, k, stride)):
-        o = (n + 2 * p - d * (kk - 1) - 1) // s + 1
-        at = np.arange(o)[:, None] * s + np.arange(kk)[None, :] * d  # (out position, tap)
-        shape = [1] * 6
-        shape[axis], shape[3 + axis] = o, kk
-        index.append(at.reshape(shape))
-    patches = padded[:, :, index[0], index[1], index[2]]  # (N, C, oD, oH, oW, kd, kh, kw)
-    n, out = x.shape[0], patches.shape[2:5]
-    patches = patches.reshape(n, groups, cin_g, *patches.shape[2:])
-    y = xp.einsum("ngcdhwxyz,gocxyz->ngodhw", patches,
-                  w.reshape(groups, cout // groups, cin_g, *k)).reshape(n, cout, *out)
-    return y if b is None else y + b.reshape(1, -1, 1, 1, 1)
-
-
 CONV3D = [((2, 1, 1), (0, 1, 1), (1, 1, 2), 2, (2, 1, 2)),
           ((1, 2, 1), (1, 0, 1), (2, 1, 1), 1, (2, 3, 2))]
 
 
 def _conv3d_case(rng, stride, padding, dilation, groups, kernel):
-    arrays = [_f32(rng, 2, 4, 5, 4, 5), _f32(rng, 6, 4 // groups, *kernel), _f32(rng, 6)]
+    arrays = [normal(rng, 2, 4, 5, 4, 5), normal(rng, 6, 4 // groups, *kernel), normal(rng, 6)]
     return arrays, dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
 
 
@@ -113,24 +60,16 @@ def test_conv3d_vjp(rng, case):
 
 @pytest.mark.slow
 def test_conv3d_takes_megengine_grouped_weights_and_channel_biases(rng):
-    x, w, b = _f32(rng, 1, 4, 3, 3, 3), _f32(rng, 2, 3, 2, 1, 2, 2), _f32(rng, 1, 6, 1, 1, 1)
+    x, w, b = normal(rng, 1, 4, 3, 3, 3), normal(rng, 2, 3, 2, 1, 2, 2), normal(rng, 1, 6, 1, 1, 1)
     got = F.conv3d(x, w, b, padding=1, groups=2)
     want = conv3d_ref(x, w.reshape(6, 2, 1, 2, 2), b, (1, 1, 1), (1, 1, 1), (1, 1, 1), 2)
     assert_close(got, want, 1e-4, 1e-4, "conv3d")
 
 
 # ----- pixel_shuffle and local_response_norm ------------------------------------------------------
-def pixel_shuffle_ref(x, r):
-    """out[..., c, h, w] = x[..., c * r * r + (h % r) * r + w % r, h // r, w // r]."""
-    *_, c, h, w = x.shape
-    oc, oh, ow = np.meshgrid(np.arange(c // (r * r)), np.arange(h * r), np.arange(w * r),
-                             indexing="ij")
-    return x[..., oc * r * r + (oh % r) * r + ow % r, oh // r, ow // r]
-
-
 def test_pixel_shuffle(rng):
     check_fn(lambda x: F.pixel_shuffle(x, 2), lambda x: pixel_shuffle_ref(x, 2),
-             [_f32(rng, 2, 8, 2, 3)])
+             [normal(rng, 2, 8, 2, 3)])
 
 
 @pytest.mark.slow
@@ -138,27 +77,20 @@ def test_pixel_shuffle(rng):
 @given(lead=st.lists(st.integers(1, 2), max_size=2), r=st.integers(1, 3),
        c=st.integers(1, 2), seed=st.integers(0, 2**16))
 def test_pixel_shuffle_shapes(lead, r, c, seed):
-    x = _f32(np.random.default_rng(seed), *lead, c * r * r, 2, 3)
+    x = normal(np.random.default_rng(seed), *lead, c * r * r, 2, 3)
     check_op("pixel_shuffle", [x], lambda x: pixel_shuffle_ref(x, r), {"factor": r})
-
-
-def lrn_ref(x, size, k, alpha, beta):
-    """Channel by channel: the sum of squares over the window, clipped at both ends."""
-    xp, half, c = _xp(x), size // 2, x.shape[1]
-    sums = [xp.sum(x[:, max(0, i - half):i + half + 1] ** 2, axis=1) for i in range(c)]
-    return x / (k + alpha * xp.stack(sums, axis=1)) ** beta
 
 
 def test_local_response_norm(rng):
     check_fn(lambda x: F.local_response_norm(x, 3, 2.0, 0.1, 0.75),
-             lambda x: lrn_ref(x, 3, 2.0, 0.1, 0.75), [_f32(rng, 2, 7, 3, 4, scale=2.0)])
+             lambda x: lrn_ref(x, 3, 2.0, 0.1, 0.75), [normal(rng, 2, 7, 3, 4, scale=2.0)])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape, size", [((2, 7, 3, 4), 3), ((2, 4, 5), 9), ((3, 5), 1)])
 def test_local_response_norm_vjp(rng, shape, size):
     attrs = dict(size=size, k=2.0, alpha=0.1, beta=0.75)
-    check_op("local_response_norm", [_f32(rng, *shape, scale=2.0)],
+    check_op("local_response_norm", [normal(rng, *shape, scale=2.0)],
              lambda x: lrn_ref(x, **attrs), attrs, rtol=1e-5, atol=1e-5)
 
 
@@ -170,14 +102,8 @@ def test_local_response_norm_matches_megengine_docstring_example():
 
 
 # ----- instance_norm and adaptive_max_pool2d (compositions) ---------------------------------------
-def instance_norm_ref(x, w, b, eps):
-    mean = x.mean(axis=(2, 3), keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=(2, 3), keepdims=True)
-    return (x - mean) / (var + eps) ** 0.5 * w.reshape(1, -1, 1, 1) + b.reshape(1, -1, 1, 1)
-
-
 def test_instance_norm(rng):
-    x, w, b = _f32(rng, 2, 3, 4, 5, scale=3.0) + 1, _f32(rng, 3), _f32(rng, 3)
+    x, w, b = normal(rng, 2, 3, 4, 5, scale=3.0) + 1, normal(rng, 3), normal(rng, 3)
     check_fn(lambda x, w, b: F.instance_norm(x, True, w, b, eps=1e-3),
              lambda x, w, b: instance_norm_ref(x, w, b, 1e-3), [x, w, b], rtol=1e-4)
     plain = F.instance_norm(x, False).numpy()
@@ -198,7 +124,7 @@ def adaptive_max_ref(x, oshp):
 
 
 def test_adaptive_max_pool2d(rng):
-    x = _f32(rng, 2, 3, 7, 5)  # continuous values: no ties
+    x = normal(rng, 2, 3, 7, 5)  # continuous values: no ties
     check_fn(lambda x: F.adaptive_max_pool2d(x, (5, 2)), lambda x: adaptive_max_ref(x, (5, 2)),
              [x])
 
@@ -207,7 +133,7 @@ def test_adaptive_max_pool2d(rng):
 @FAST
 @given(oh=st.integers(1, 7), ow=st.integers(1, 5), seed=st.integers(0, 2**16))
 def test_adaptive_max_pool2d_sizes(oh, ow, seed):
-    x = _f32(np.random.default_rng(seed), 2, 3, 7, 5)
+    x = normal(np.random.default_rng(seed), 2, 3, 7, 5)
     check_fn(lambda x: F.adaptive_max_pool2d(x, (oh, ow)), lambda x: adaptive_max_ref(x, (oh, ow)),
              [x])
 
@@ -223,7 +149,7 @@ def ctc_brute_ref(pred_lengths, labels, blank, reduction):
     label (repeats merged, then blanks dropped): all C ** T paths enumerated, each path's log
     probability a one-hot contraction with log(pred) over its sample's frames."""
     def ref(pred, *_lengths_and_labels):
-        xp, (t_max, n, c) = _xp(pred), pred.shape
+        xp, (t_max, n, c) = array_namespace(pred), pred.shape
         paths = [[p for p in itertools.product(range(c), repeat=int(t))
                   if _collapse(p, blank) == tuple(label)]
                  for t, label in zip(pred_lengths, labels)]

@@ -1,16 +1,18 @@
-"""Tests for `eager.optimizer`: SGD (momentum, Nesterov, weight decay), Adam and AdamW stepped
-with fixed gradients against hand-written float64 numpy updates (PyTorch semantics), optimizer
-state and param groups, state dicts, validation, and the LR schedulers against closed forms.
+"""The optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW (PyTorch semantics),
+and Adagrad, Adadelta and LAMB (MegEngine's rules), each stepped with fixed gradients against
+hand-written float64 numpy updates (parameters and state); optimizer state and param groups, state
+dicts, and validation. The learning-rate schedulers are in test_lr_schedulers.py, clipping in
+test_grad_clipping.py, optimizers inside `xla_trace` in test_optimizers_in_xla_trace.py, and the
+update ops themselves in test_ops_updates.py.
 """
 
-import math
 
 import numpy as np
 import pytest
 
 import eager as eg
 import eager.optimizer as optim
-from eager.optimizer import lr_scheduler
+from eager.errors import OpArgumentError
 
 RTOL, ATOL = 1e-5, 1e-6
 SHAPES = [(3,), (2, 2)]
@@ -183,6 +185,166 @@ def test_step_and_clear_grad_return_the_optimizer(rng):
     assert all(p.grad is None for p in params)
 
 
+# ----- Adagrad, Adadelta and LAMB: MegEngine's rules in float64 numpy, one parameter; each yields
+# (param, state) per step
+def adagrad_ref(p, grads, lr=1e-2, lr_decay=0.0, eps=1e-10, weight_decay=0.0,
+                initial_accumulator_value=0.0):
+    p = p.astype(np.float64)
+    acc = np.full(p.shape, initial_accumulator_value)
+    for t, g in enumerate(grads, start=1):
+        g = g + weight_decay * p
+        acc = acc + g * g
+        p = p - lr / (1 + (t - 1) * lr_decay) * g / np.sqrt(acc + eps)
+        yield p, {"square_avg": acc, "step": t}
+
+
+def adadelta_ref(p, grads, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0):
+    p, sq, acc = p.astype(np.float64), np.zeros(p.shape), np.zeros(p.shape)
+    for t, g in enumerate(grads, start=1):
+        g = g + weight_decay * p
+        sq = rho * sq + (1 - rho) * g * g
+        delta = np.sqrt(acc + eps) / np.sqrt(sq + eps) * g
+        acc = rho * acc + (1 - rho) * delta * delta
+        p = p - lr * delta
+        yield p, {"square_avg": sq, "acc_delta": acc, "step": t}
+
+
+def lamb_ref(p, grads, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, bias_correction=True,
+             weight_decay=0.0, always_adapt=False):
+    (b1, b2), p = betas, p.astype(np.float64)
+    m, v = np.zeros(p.shape), np.zeros(p.shape)
+    for t, g in enumerate(grads, start=1):
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        c1, c2 = (1 - b1**t, 1 - b2**t) if bias_correction else (1, 1)
+        r = m / c1 / (np.sqrt(v / c2) + eps) + weight_decay * p
+        trust = 1.0
+        if always_adapt or weight_decay > 0:
+            trust = np.linalg.norm(p) / np.linalg.norm(r)
+        p = p - lr * trust * r
+        yield p, {"exp_avg": m, "exp_avg_sq": v, "step": t}
+
+
+REFS = {"adagrad": (optim.Adagrad, adagrad_ref), "adadelta": (optim.Adadelta, adadelta_ref),
+        "lamb": (optim.LAMB, lamb_ref)}
+
+
+CASES = [
+    ("adagrad", {}), ("adagrad", dict(lr=0.1, lr_decay=0.3, weight_decay=0.05)),
+    ("adagrad", dict(lr=0.5, eps=1e-3, initial_accumulator_value=0.2)),
+    ("adadelta", {}), ("adadelta", dict(lr=0.5, rho=0.5, eps=1e-4, weight_decay=0.1)),
+    ("lamb", {}), ("lamb", dict(lr=0.02, betas=(0.8, 0.99), weight_decay=0.1)),
+    ("lamb", dict(lr=0.05, always_adapt=True)),
+    ("lamb", dict(lr=0.05, bias_correction=False, weight_decay=0.01, eps=1e-6)),
+]
+
+
+def _check_run(opt, params, grads, refs):
+    """Step `opt` with `grads` and compare parameters and state with `refs` after each step."""
+    for step, step_grads in enumerate(grads):
+        for p, g in zip(params, step_grads):
+            p.grad = eg.tensor(g)
+        opt.step()
+        for p, ref in zip(params, refs):
+            ref_p, ref_state = ref[step]
+            _close(p.numpy(), ref_p)
+            assert set(opt.state[p]) == set(ref_state)
+            for k, want in ref_state.items():
+                _close(opt.state[p][k].numpy(), want)
+
+
+@pytest.mark.parametrize("name, kw", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_adagrad_adadelta_lamb_match_reference(rng, name, kw):
+    cls, ref = REFS[name]
+    init, grads, params = _setup(rng)
+    refs = [list(ref(p0, [g[i] for g in grads], **kw)) for i, p0 in enumerate(init)]
+    _check_run(cls(params, **kw), params, grads, refs)
+
+
+def test_lamb_param_groups_have_their_own_hyper_parameters(rng):
+    init, grads, params = _setup(rng)
+    # Without bias correction, float32's 1 - 0.999 (off by 1e-5) would show in the parameters:
+    # the second group uses beta2 = 0.99.
+    late = {"lr": 0.05, "bias_correction": False, "betas": (0.9, 0.99)}
+    opt = optim.LAMB([{"params": [params[0]], "weight_decay": 0.1},
+                      {"params": [params[1]], **late}], lr=0.01)
+    assert [g["lr"] for g in opt.param_groups] == [0.01, 0.05]
+    refs = [list(lamb_ref(init[0], [g[0] for g in grads], lr=0.01, weight_decay=0.1)),
+            list(lamb_ref(init[1], [g[1] for g in grads], **late))]
+    _check_run(opt, params, grads, refs)
+
+
+def test_adagrad_adadelta_lamb_defaults_follow_megengine():
+    p = eg.Parameter(eg.ones(2))
+    groups = [o.param_groups[0] for o in (optim.Adagrad([p]), optim.Adadelta([p]),
+                                          optim.LAMB([p]))]
+    assert {k: groups[0][k] for k in ("lr", "lr_decay", "eps", "weight_decay")} == dict(
+        lr=1e-2, lr_decay=0.0, eps=1e-10, weight_decay=0.0)
+    assert {k: groups[1][k] for k in ("lr", "rho", "eps", "weight_decay")} == dict(
+        lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0)
+    assert {k: groups[2][k] for k in ("lr", "betas", "eps", "weight_decay", "bias_correction",
+                                      "always_adapt")} == dict(
+        lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, bias_correction=True,
+        always_adapt=False)
+    # MegEngine's positional order: lr, betas, eps, bias_correction, weight_decay, always_adapt
+    lamb = optim.LAMB([p], 0.1, (0.8, 0.9), 1e-6, False, 0.2, True).param_groups[0]
+    assert (lamb["bias_correction"], lamb["weight_decay"], lamb["always_adapt"]) == (
+        False, 0.2, True)
+
+
+@pytest.mark.parametrize("name", sorted(REFS))
+def test_adagrad_adadelta_lamb_skip_params_without_grad(rng, name):
+    init, grads, params = _setup(rng, steps=1)
+    opt = REFS[name][0](params)
+    params[0].grad = eg.tensor(grads[0][0])
+    opt.step()
+    assert not np.allclose(params[0].numpy(), init[0])
+    np.testing.assert_array_equal(params[1].numpy(), init[1])
+    assert all(np.all(t.numpy() == 0) for t in opt.state[params[1]].values())
+
+
+@pytest.mark.parametrize("name", sorted(REFS))
+def test_adagrad_adadelta_lamb_state_dict_round_trip_continues_identically(rng, name):
+    cls = REFS[name][0]
+    _, grads, params = _setup(rng)
+
+    def run(opt, ps, gs):
+        for step_grads in gs:
+            for p, g in zip(ps, step_grads):
+                p.grad = eg.tensor(g)
+            opt.step()
+
+    opt = cls(params, lr=0.05, weight_decay=0.01)
+    run(opt, params, grads[:2])
+    state = opt.state_dict()
+    assert set(state["state"]) == {0, 1}
+    clones = [eg.Parameter(p.numpy()) for p in params]
+    fresh = cls(clones, lr=1.0)
+    kept = {(i, k): t for i, p in enumerate(clones) for k, t in fresh.state[p].items()}
+    fresh.load_state_dict(state)
+    assert fresh.param_groups[0]["lr"] == 0.05 and fresh.param_groups[0]["weight_decay"] == 0.01
+    assert all(fresh.state[clones[i]][k] is t for (i, k), t in kept.items())
+    run(opt, params, grads[2:])
+    run(fresh, clones, grads[2:])
+    for a, b in zip(params, clones):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for s, t in zip(opt.state.values(), fresh.state.values()):
+        for k in s:
+            np.testing.assert_array_equal(s[k].numpy(), t[k].numpy())
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: optim.Adagrad([p], lr=-1.0), lambda p: optim.Adagrad([p], lr_decay=-0.1),
+    lambda p: optim.Adagrad([p], eps=-1.0), lambda p: optim.Adagrad([p], weight_decay=-1.0),
+    lambda p: optim.Adadelta([p], rho=1.5), lambda p: optim.Adadelta([p], lr=-1.0),
+    lambda p: optim.LAMB([p], betas=(1.0, 0.9)), lambda p: optim.LAMB([p], weight_decay=-1.0),
+    lambda p: optim.LAMB([p], eps=-1e-8),
+], ids=["adagrad-lr", "adagrad-decay", "adagrad-eps", "adagrad-wd", "adadelta-rho",
+        "adadelta-lr", "lamb-beta", "lamb-wd", "lamb-eps"])
+def test_adagrad_adadelta_lamb_invalid_hyper_parameters_raise(make):
+    with pytest.raises(OpArgumentError, match="must be"):
+        make(eg.Parameter(eg.ones(2)))
+
+
 # ----- state ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("make, keys", [
     (lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), {"momentum_buffer"}),
@@ -311,120 +473,6 @@ def test_invalid_arguments_raise(make, error):
         make(eg.Parameter(eg.ones(2)))
 
 
-# ----- LR schedulers ----------------------------------------------------------------------------
-SCHEDULES = {
-    "step": (lambda opt: lr_scheduler.StepLR(opt, step_size=3, gamma=0.5),
-             lambda base, e: base * 0.5 ** (e // 3)),
-    "multistep": (lambda opt: lr_scheduler.MultiStepLR(opt, milestones=[6, 2, 9], gamma=0.1),
-                  lambda base, e: base * 0.1 ** sum(e >= m for m in (2, 6, 9))),
-    "cosine": (lambda opt: lr_scheduler.CosineAnnealingLR(opt, T_max=8, eta_min=0.001),
-               lambda base, e: 0.001 + (base - 0.001) * (1 + math.cos(math.pi * e / 8)) / 2),
-    "lambda": (lambda opt: lr_scheduler.LambdaLR(opt, lambda e: 1 / (1 + e)),
-               lambda base, e: base / (1 + e)),
-}
-
-
-def _two_group_sgd():
-    a, b = eg.Parameter(eg.ones(2)), eg.Parameter(eg.ones(3))
-    return optim.SGD([{"params": [a]}, {"params": [b], "lr": 0.4}], lr=0.1, momentum=0.9)
-
-
-@pytest.mark.parametrize("name", sorted(SCHEDULES))
-def test_scheduler_matches_closed_form(name):
-    make, ref = SCHEDULES[name]
-    opt = _two_group_sgd()
-    sched = make(opt)
-    assert sched.last_epoch == 0
-    for epoch in range(12):
-        if epoch:
-            sched.step()
-        expected = [ref(0.1, epoch), ref(0.4, epoch)]
-        assert sched.last_epoch == epoch
-        assert sched.get_last_lr() == pytest.approx(expected, rel=1e-12)
-        assert [g["lr"] for g in opt.param_groups] == pytest.approx(expected, rel=1e-12)
-
-
-def test_lambda_lr_with_one_function_per_group():
-    opt = _two_group_sgd()
-    sched = lr_scheduler.LambdaLR(opt, [lambda e: 0.5**e, lambda e: e + 1])
-    for _ in range(3):
-        sched.step()
-    assert sched.get_last_lr() == pytest.approx([0.1 * 0.5**3, 0.4 * 4])
-    with pytest.raises(ValueError):
-        lr_scheduler.LambdaLR(opt, [lambda e: 1.0])
-
-
-def test_scheduler_lr_drives_the_optimizer_update():
-    p = eg.Parameter(eg.zeros(1))
-    opt = optim.SGD([p], lr=1.0)
-    sched = lr_scheduler.StepLR(opt, step_size=2, gamma=0.1)
-    expected = 0.0
-    for epoch in range(5):
-        p.grad = eg.ones(1)
-        opt.step()
-        expected -= 0.1 ** (epoch // 2)
-        sched.step()
-    np.testing.assert_allclose(p.numpy(), [expected], rtol=1e-6)
-
-
-def test_a_scheduler_subclass_may_override_get_lr_as_in_megengine():
-    class Halving(optim.LRScheduler):
-        def __init__(self, optimizer, every, current_epoch=-1):
-            self.every = every
-            super().__init__(optimizer, current_epoch)
-
-        def get_lr(self):
-            return [b * 0.5 ** (self.current_epoch // self.every) for b in self.base_lrs]
-
-    opt = _two_group_sgd()
-    sched = Halving(opt, 2)
-    lrs = [sched.get_last_lr()] + [sched.step() or sched.get_last_lr() for _ in range(4)]
-    assert lrs == [[0.1, 0.4], [0.1, 0.4], [0.05, 0.2], [0.05, 0.2], [0.025, 0.1]]
-    assert sched.state_dict() == {"every": 2, "current_epoch": 4}
-
-
-def test_schedulers_load_megengine_and_pytorch_state_dicts():
-    """MegEngine saves `current_epoch`, PyTorch `last_epoch` plus private bookkeeping."""
-    sched = optim.MultiStepLR(_two_group_sgd(), [2, 4])
-    sched.load_state_dict({"milestones": [2, 4], "gamma": 0.1, "current_epoch": 3})
-    assert sched.current_epoch == sched.last_epoch == 3
-    sched.step()
-    assert sched.get_last_lr() == pytest.approx([0.001, 0.004])
-    sched = optim.MultiStepLR(_two_group_sgd(), [2, 4])
-    sched.load_state_dict({"milestones": [2, 4], "gamma": 0.1, "last_epoch": 1,
-                           "base_lrs": [0.1, 0.4], "_step_count": 2, "_last_lr": [0.1, 0.4]})
-    sched.step()
-    assert sched.current_epoch == 2 and sched.get_last_lr() == pytest.approx([0.01, 0.04])
-
-
-@pytest.mark.parametrize("name", sorted(SCHEDULES))
-def test_scheduler_state_dict_round_trip(name):
-    make, ref = SCHEDULES[name]
-    opt = _two_group_sgd()
-    sched = make(opt)
-    for _ in range(4):
-        sched.step()
-    state = sched.state_dict()
-    assert "optimizer" not in state and state["current_epoch"] == 4
-
-    other_opt = _two_group_sgd()
-    other = make(other_opt)
-    other.load_state_dict(state)
-    assert other.last_epoch == 4
-    for epoch in range(5, 8):
-        sched.step()
-        other.step()
-        assert other.get_last_lr() == pytest.approx([ref(0.1, epoch), ref(0.4, epoch)])
-        assert other.get_last_lr() == sched.get_last_lr()
-
-
-def test_scheduler_keeps_initial_lr_as_base():
-    opt = _two_group_sgd()
-    lr_scheduler.StepLR(opt, step_size=1, gamma=0.5).step()
-    assert [g["initial_lr"] for g in opt.param_groups] == [0.1, 0.4]
-    sched = lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-    assert sched.base_lrs == [0.1, 0.4]
-    assert sched.get_last_lr() == pytest.approx([0.1, 0.4])
 
 
 def test_state_dicts_use_megengines_layout():

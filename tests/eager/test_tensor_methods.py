@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
@@ -19,11 +19,8 @@ import eager.optimizer as optim
 from eager.autodiff import GradManager
 from eager.errors import OpArgumentError, OpTypeError
 from partial import partial_trace, xla_trace
+from tests.helpers import examples, randn_array
 from tests.partial.differential import World, check_against_eager
-
-
-def _arr(shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def check_method(method, ref, x, seed=1):
@@ -45,10 +42,10 @@ def check_method(method, ref, x, seed=1):
 shapes = hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=4)
 
 
-@settings(max_examples=4, deadline=None, derandomize=True)
+@examples(4)
 @given(shape=shapes, data=st.data())
 def test_view_permute_unsqueeze_against_numpy(shape, data):
-    x = _arr(shape)
+    x = randn_array(*shape)
     perm = data.draw(st.permutations(range(len(shape))))
     axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
     check_method(lambda t: t.view(-1, shape[-1]), lambda a: a.reshape(-1, shape[-1]), x)
@@ -58,16 +55,16 @@ def test_view_permute_unsqueeze_against_numpy(shape, data):
 
 
 def test_view_and_permute_take_one_tuple_too():
-    t = eg.tensor(_arr((2, 3, 4)))
+    t = eg.tensor(randn_array(2, 3, 4))
     np.testing.assert_array_equal(t.view((4, 6)).numpy(), t.numpy().reshape(4, 6))
     np.testing.assert_array_equal(t.permute([2, 0, 1]).numpy(), t.numpy().transpose(2, 0, 1))
     np.testing.assert_array_equal(t.permute(-1, 0, 1).numpy(), t.numpy().transpose(2, 0, 1))
 
 
-@settings(max_examples=4, deadline=None, derandomize=True)
+@examples(4)
 @given(shape=hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=2))
 def test_squeeze_all_and_by_axis(shape):
-    x = _arr(shape)
+    x = randn_array(*shape)
     ones = [i for i, s in enumerate(shape) if s == 1]
     check_method(lambda t: t.squeeze(), lambda a: a.reshape([s for s in shape if s != 1]), x)
     if ones:
@@ -78,14 +75,14 @@ def test_squeeze_all_and_by_axis(shape):
 
 
 def test_expand_keeps_minus_one_axes_and_adds_leading_ones():
-    x = _arr((3, 1))
+    x = randn_array(3, 1)
     check_method(lambda t: t.expand(2, -1, 4), lambda a: jnp.tile(a[None], (2, 1, 4)), x)
     check_method(lambda t: t.expand((3, 5)), lambda a: jnp.tile(a, (1, 5)), x)
     check_method(lambda t: t.expand(-1, -1), lambda a: a * 1, x)
 
 
-def test_flatten_and_T_still_work():
-    x = _arr((2, 3, 4))
+def test_flatten_and_T_still_work():  # noqa: N802 (T: the attribute's name)
+    x = randn_array(2, 3, 4)
     check_method(lambda t: t.flatten(1), lambda a: a.reshape(2, 12), x)
     check_method(lambda t: t.flatten(), lambda a: a.reshape(-1), x)
     check_method(lambda t: t.T, lambda a: a.transpose(), x)
@@ -280,7 +277,7 @@ def _inplace_world(wrap):
         return h
 
     def run(i):
-        return step(eg.tensor(_arr((4, 3), seed=i)))
+        return step(eg.tensor(randn_array(4, 3, seed=i)))
 
     return World(run, modules=[net], optimizers=[opt], tensors={"acc": acc})
 
@@ -301,7 +298,7 @@ def test_inplace_on_an_outside_tensor_in_a_region_is_written_back(compile):
             count.__iadd__(1)
             return total * 1
 
-        return World(lambda i: step(eg.tensor(_arr((2,), seed=i))),
+        return World(lambda i: step(eg.tensor(randn_array(2, seed=i))),
                      tensors={"total": total, "count": count})
 
     world = check_against_eager(build, steps=3, compile=compile)
@@ -316,7 +313,7 @@ def test_inplace_gradient_inside_a_partial_trace_segment_matches_eager():
 
         def run(i):
             with gm:
-                y = region(eg.tensor(_arr((2, 3), seed=i)))
+                y = region(eg.tensor(randn_array(2, 3, seed=i)))
                 gm.backward((y * y).sum())
             return y
 
@@ -403,7 +400,7 @@ def test_detach_inplace_inside_a_region_matches_eager():
 
         def run(i):
             with gm:
-                y = region(eg.tensor(_arr((3, 2), seed=i)))
+                y = region(eg.tensor(randn_array(3, 2, seed=i)))
                 gm.backward(y.sum())
             return y
 

@@ -1,5 +1,5 @@
-"""`megengine.jit`: `partial_trace` (segment mode, megengine.md 1.5), `xla_trace` (whole-step
-mode, 1.4) and the classic `trace(symbolic=True)`: results equal eager ones on every call,
+"""`megengine.jit`: `partial_trace` (segment mode: compiled regions inside eager code), `xla_trace`
+(whole-step mode) and the classic `trace(symbolic=True)`: results equal eager ones on every call,
 in-place updates are written back, GradManager callbacks, RNG and state."""
 
 import functools as ft
@@ -336,10 +336,10 @@ def test_exclude_from_trace_runs_every_call():
 
 
 def test_user_exceptions_propagate_unchanged():
-    class Boom(Exception):
+    class BoomError(Exception):
         pass
 
-    err = Boom("boom")
+    err = BoomError("boom")
 
     @partial_trace
     def f(x, fail):
@@ -349,7 +349,7 @@ def test_user_exceptions_propagate_unchanged():
 
     for fail in (False, True, False, True):
         if fail:
-            with pytest.raises(Boom) as info:
+            with pytest.raises(BoomError) as info:
                 f(mge.tensor([1.0]), fail)
             assert info.value is err
         else:

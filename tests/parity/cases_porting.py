@@ -1,4 +1,4 @@
-"""Parity cases for MegEngine code that failed here before (the parity issue's item 3): float
+"""Parity cases for MegEngine code that failed here before it was run against MegEngine: float
 class labels, several argmax axes, mixed-precision batch_norm, a GradManager passed to a traced
 step, autocast's and GradScaler's MegEngine arguments and defaults, schedulers."""
 

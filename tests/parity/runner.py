@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import cases  # noqa: E402  (after the path: this file runs as a script on either interpreter)
+import cases  # after the path: this file runs as a script on either interpreter
 
 
 def encode(value: Any) -> Any:

@@ -3,11 +3,13 @@ compiled, and compare everything a user can observe.
 
 A test writes `build(wrap) -> World`: it creates its modules, optimizers and tensors, wraps the
 region function with `wrap` (identity for the eager run, `partial_trace` or `xla_trace` for the
-compiled one)
-and returns a `World` whose `step(i)` runs one step and returns what to compare. Both runs start
-from the same framework seed. After the steps, `check_against_eager` compares the step outputs
-and a snapshot of the parameters, their `.grad`, buffers, optimizer state, extra tensors and the
-RNG key.
+compiled one) and returns a `World` whose `step(i)` runs one step and returns what to compare.
+Both runs start from the same framework seed. After the steps, `check_against_eager` compares the
+step outputs and a snapshot of the parameters, their `.grad`, buffers, optimizer state, extra
+tensors and the RNG key.
+
+A test that drives both runs itself (`test_stateful.py` compares after every call) uses the
+pieces: `snapshot` for the state and `assert_states_close` for the comparison.
 """
 
 from __future__ import annotations
@@ -51,10 +53,13 @@ def snapshot(world: World) -> dict[str, Any]:
             add(f"module{i}.{name}", t)
         for name, t in m.named_buffers():
             add(f"module{i}.{name}", t)
+    # optimizer state by its parameter's name where a module of the world holds the parameter
+    names = {id(t): f"module{i}.{name}" for i, m in enumerate(world.modules)
+             for name, t in m.named_parameters()}
     for i, opt in enumerate(world.optimizers):
-        for j, s in enumerate(opt.state.values()):
+        for j, (p, s) in enumerate(opt.state.items()):
             for k, t in s.items():
-                state[f"optimizer{i}.param{j}.{k}"] = t.numpy()
+                state[f"optimizer{i}.{names.get(id(p), f'param{j}')}.{k}"] = t.numpy()
     for name, t in world.tensors.items():
         add(name, t)
     state["rng"] = eg.random.get_state().numpy()
@@ -76,6 +81,27 @@ def assert_trees_close(actual: Any, expected: Any, rtol: float, atol: float, wha
             np.testing.assert_allclose(a, e, rtol=rtol, atol=atol, err_msg=f"{what} leaf {i}")
         else:
             np.testing.assert_array_equal(a, e, err_msg=f"{what} leaf {i}")
+
+
+def assert_states_close(got: dict[str, Any], want: dict[str, Any], rtol: float, atol: float,
+                        where: str = "") -> None:
+    """Assert that the compiled run's quantities `got` match the eager run's `want` (dicts by
+    name, as `snapshot` makes them), naming the first that differs: the same names, None (an
+    absent gradient) exactly where eager has None, the RNG key bit for bit, everything else as
+    `assert_trees_close` compares it. `where` starts every message."""
+    at = f"{where}: " if where else ""
+    assert got.keys() == want.keys(), \
+        f"{at}compiled has {sorted(got.keys() ^ want.keys())} differently from eager"
+    for k, e in want.items():
+        a = got[k]
+        if e is None or a is None:
+            assert a is None and e is None, (
+                f"{at}{k} is {'None' if a is None else 'set'} compiled but "
+                f"{'None' if e is None else 'set'} eagerly")
+        elif k == "rng":
+            np.testing.assert_array_equal(a, e, err_msg=f"{at}the RNG key")
+        else:
+            assert_trees_close(a, e, rtol, atol, f"{at}{k}")
 
 
 def assert_all_close(got: list, want: list, rtol: float = 2e-5, atol: float = 2e-5) -> None:
@@ -107,14 +133,5 @@ def check_against_eager(build: Callable[[Callable], World], steps: int = 3, *,
         build, lambda f: compile(f, **options), steps, seed)
     for i, (a, e) in enumerate(zip(compiled_outs, eager_outs)):
         assert_trees_close(a, e, rtol, atol, f"step {i} outputs")
-    assert compiled_state.keys() == eager_state.keys()
-    for k, e in eager_state.items():
-        a = compiled_state[k]
-        if e is None or a is None:
-            assert a is None and e is None, f"{k}: {'compiled' if a is None else 'eager'} is None"
-            continue
-        if k == "rng":
-            np.testing.assert_array_equal(a, e, err_msg="the RNG key")
-        else:
-            assert_trees_close(a, e, rtol, atol, k)
+    assert_states_close(compiled_state, eager_state, rtol, atol)
     return world

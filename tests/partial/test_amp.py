@@ -13,18 +13,13 @@ import eager.optimizer as optim
 from eager import amp
 from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
+from tests.helpers import labelled_batch
 
 from .differential import World, check_against_eager
 
 # one float16 / bfloat16 rounding of a matmul input is ~1e-3 / ~8e-3 relative; over 3 steps the
 # compiled and eager runs round the same values, but XLA may fuse differently
 TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2}
-
-
-def _batch(i):
-    rng = np.random.default_rng([i, 3])
-    x = rng.standard_normal((8, 6)).astype(np.float32)
-    return eg.tensor(x), eg.tensor(rng.integers(0, 4, 8).astype(np.int32))
 
 
 def _net():
@@ -40,7 +35,7 @@ def _build_split(low):
         gm, scaler = GradManager().attach(net.parameters()), amp.GradScaler(init_scale=256.0)
 
         def step(i):
-            x, y = _batch(i)
+            x, y = labelled_batch((i, 3), (8, 6))
             with gm, amp.autocast(low_prec_dtype=low):
                 logits = backbone(x)
                 loss = F.cross_entropy(logits, y)
@@ -71,7 +66,8 @@ def _build_whole(low, poison_step=-1):
             return loss
 
         def run(i):
-            return step(*_batch(i), eg.tensor(np.float32(np.inf if i == poison_step else 1.0)))
+            flag = np.float32(np.inf if i == poison_step else 1.0)
+            return step(*labelled_batch((i, 3), (8, 6)), eg.tensor(flag))
 
         return World(run, modules=[net], optimizers=[opt], tensors=flags, traced=[step])
 
@@ -116,10 +112,10 @@ def test_an_overflowing_step_inside_xla_trace_leaves_parameters_and_state_unchan
             scaler.backward(gm, F.cross_entropy(net(x), y) * poison)
         opt.step().clear_grad()
 
-    step(*_batch(0), eg.tensor(np.float32(1.0)))
+    step(*labelled_batch((0, 3), (8, 6)), eg.tensor(np.float32(1.0)))
     before = [p.numpy() for p in net.parameters()]
     buffers = [s["momentum_buffer"].numpy() for s in opt.state.values()]
-    step(*_batch(1), eg.tensor(np.float32(np.nan)))
+    step(*labelled_batch((1, 3), (8, 6)), eg.tensor(np.float32(np.nan)))
     for b, p in zip(before, net.parameters()):
         np.testing.assert_array_equal(p.numpy(), b)
     for b, s in zip(buffers, opt.state.values()):

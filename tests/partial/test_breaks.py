@@ -5,7 +5,7 @@ eagerly: outputs, parameters, `.grad`, buffers, optimizer state and the RNG key.
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
@@ -21,14 +21,10 @@ from partial import (
     partial_trace,
     xla_trace,
 )
+from partial import exclude_from_trace as keep_eager  # a block under another name
+from tests.helpers import examples, labelled_batch
 
 from .differential import World, assert_all_close, check_against_eager
-
-
-def _batch(i, shape=(6, 8), classes=4):
-    rng = np.random.default_rng([i, 11])
-    return (eg.tensor(rng.standard_normal(shape).astype(np.float32)),
-            eg.tensor(rng.integers(0, classes, shape[0]).astype(np.int32)))
 
 
 def _train(region_of, *, opt=optim.SGD, steps_kw=None):
@@ -45,7 +41,7 @@ def _train(region_of, *, opt=optim.SGD, steps_kw=None):
         o = opt(params, lr=0.05, **(steps_kw or {}))
 
         def step(i):
-            x, y = _batch(i)
+            x, y = labelled_batch((i, 11))
             with gm:
                 logits, masks = region(x)
                 loss = F.cross_entropy(logits, y)
@@ -154,7 +150,7 @@ def test_xla_trace_step_with_an_excluded_logging_block_matches_eager():
         step_fn = wrap(train_step)
 
         def step(i):
-            loss = step_fn(*_batch(i))
+            loss = step_fn(*labelled_batch((i, 11)))
             return loss, list(log)
 
         return World(step, modules=[net], optimizers=[opt], traced=[step_fn])
@@ -175,7 +171,7 @@ def test_an_excluded_block_runs_once_per_call_and_sequences_compile_once():
             runs["block"] += 1
         return h * 2
 
-    x, _ = _batch(0)
+    x, _ = labelled_batch((0, 11))
     for n in range(1, 6):
         f(x)
         assert runs["block"] == n
@@ -235,7 +231,7 @@ def test_value_reads_outside_blocks_still_raise_by_default():
             return h
         return -h
 
-    with pytest.raises(ValueReadError, match=r"test_breaks.py, line \d+: `if h.sum\(\) > 0:"):
+    with pytest.raises(ValueReadError, match=r"test_breaks.py:\d+: `if h.sum\(\) > 0:"):
         f(eg.ones(3))
     with pytest.raises(ValueReadError, match="graph_breaks=True"):
         f(eg.ones(3))
@@ -298,7 +294,7 @@ def test_detach_and_no_grad_inside_a_region_with_breaks_cut_gradients_like_eager
         f = wrap(region)
 
         def step(i):
-            x, _ = _batch(i, (3, 4))
+            x, _ = labelled_batch((i, 11), (3, 4))
             with gm:
                 loss = f(x)
                 gm.backward(loss)
@@ -323,7 +319,7 @@ def test_traced_functions_nest_in_regions_and_blocks():
             g = inner(h)  # an ordinary compiled call
         return g + h
 
-    x, _ = _batch(0, (2, 4))
+    x, _ = labelled_batch((0, 11), (2, 4))
     want = (lambda h: inner._fn(h) + h)(inner._fn(x))
     for _ in range(2):
         np.testing.assert_allclose(outer(x).numpy(), want.numpy(), rtol=1e-6)
@@ -450,7 +446,7 @@ def _program(steps, w, c):
     return run
 
 
-@settings(max_examples=15, deadline=None, derandomize=True)
+@examples(15)
 @given(steps=st.lists(op, min_size=1, max_size=8), seed=st.integers(0, 2**16))
 def test_random_programs_with_breaks_match_eager_values_and_gradients(steps, seed):
     rng = np.random.default_rng(seed)
@@ -552,3 +548,41 @@ def test_a_break_found_deeper_hands_the_capture_over_and_runs_lazily_after():
     traced_module(eg.ones((2, 3)))
     assert len(module.means) == 1
     assert "first found: exclude_from_trace() at tests" in traced_module.explain()
+
+
+# ----- the Python before a block, whatever the block is called ------------------------------------
+def _eager_block(y, log):
+    with exclude_from_trace():
+        log.append(y.sum().item())
+
+
+def _region_with_alias(before, log):
+    def region(x):
+        before.append(1)
+        y = x + 1
+        with keep_eager():
+            log.append(y.sum().item())
+        return y * 2
+
+    return region
+
+
+def _region_with_helper(before, log):
+    def region(x):
+        before.append(1)
+        y = x + 1
+        _eager_block(y, log)
+        return y * 2
+
+    return region
+
+
+@pytest.mark.parametrize("make", [_region_with_alias, _region_with_helper],
+                         ids=["aliased-import", "helper-function"])
+def test_code_before_an_exclude_block_runs_once_per_call(make):
+    before, log = [], []
+    f = partial_trace(make(before, log))
+    for i in range(3):
+        np.testing.assert_allclose(f(eg.full((2,), float(i))).numpy(), [2.0 * (i + 1)] * 2)
+    assert log == [2.0, 4.0, 6.0]
+    assert len(before) == 3, f"the Python before the block ran {len(before)} times in 3 calls"

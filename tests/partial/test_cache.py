@@ -5,6 +5,7 @@ import logging
 import weakref
 
 import numpy as np
+import pytest
 
 import eager as eg
 import eager.functional as F
@@ -12,17 +13,14 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import partial_trace
-
-
-def _x(*shape, seed=0):
-    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+from tests.helpers import randn
 
 
 def test_shapes_a_b_a_reuse_the_first_entry():
     net = M.Linear(3, 2)
     f = partial_trace(lambda x: net(x))
     for batch in (4, 7, 4, 7, 4):
-        x = _x(batch, 3)
+        x = randn(batch, 3)
         np.testing.assert_allclose(f(x).numpy(), net(x).numpy(), rtol=1e-6)
     info = f.cache_info()
     assert (info.captures, info.hits, info.entries) == (2, 3, 2)
@@ -80,7 +78,7 @@ def test_recompile_warning_past_the_limit_names_the_argument(caplog):
 def test_training_mode_switches_reuse_one_entry_per_mode(caplog):
     net = M.Sequential(M.Linear(3, 3), M.BatchNorm1d(3), M.Dropout(0.5))
     f = partial_trace(lambda x: net(x), recompile_limit=1)
-    x = _x(4, 3)
+    x = randn(4, 3)
     with caplog.at_level(logging.WARNING, logger="partial"):
         for mode in (True, False, True, False):
             net.train(mode)
@@ -94,7 +92,7 @@ def test_training_mode_switches_reuse_one_entry_per_mode(caplog):
 def test_a_module_attribute_rebound_outside_the_region_is_seen():
     net = M.Sequential(M.Linear(3, 4), M.ReLU())
     f = partial_trace(lambda x: net(x))
-    x = _x(2, 3)
+    x = randn(2, 3)
     f(x)
     net[0] = M.Linear(3, 4)  # a new layer, while the old one lives on in `old`
     np.testing.assert_allclose(f(x).numpy(), net(x).numpy(), rtol=1e-6)
@@ -172,7 +170,7 @@ def test_grad_presence_is_a_guard():
 def test_a_different_module_argument_gets_its_own_entry():
     f = partial_trace(lambda m, x: F.relu(m(x)))
     a, b = M.Linear(3, 2), M.Linear(3, 2)
-    x = _x(2, 3)
+    x = randn(2, 3)
     for m in (a, b, a):
         np.testing.assert_allclose(f(m, x).numpy(), F.relu(m(x)).numpy(), rtol=1e-6)
     assert f.cache_info().captures == 2
@@ -219,3 +217,102 @@ def test_modules_built_inside_a_region_are_not_model_changes_or_guards():
     for _ in range(3):
         np.testing.assert_allclose(f(x).numpy(), want.numpy(), rtol=1e-6)
     assert (f.cache_info().captures, f.cache_info().hits) == (1, 2)
+
+
+# ----- objects replaced between calls, whose ids the next new objects reuse -----------------------
+class _Scaled(M.Module):
+    """A Linear whose output goes through `act` (a callable attribute) and is multiplied by
+    `scale` (a numpy scalar attribute): plain attributes a training loop may replace."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = M.Linear(3, 2)
+        self.scale = np.float32(1.0)
+        self.act = lambda y: y
+
+    def forward(self, x):
+        return self.act(self.lin(x)) * self.scale
+
+
+def _replace_scale(m, s):
+    m.scale = np.float32(s)  # the old scalar dies here; its id is free for the next one
+
+
+def _replace_act(m, s):
+    m.act = lambda y: y * float(s)  # likewise for the old lambda
+
+
+@pytest.mark.parametrize("replace", [_replace_scale, _replace_act], ids=["np.float32", "lambda"])
+def test_a_plain_module_attribute_replaced_every_step_matches_eager(replace, frozen_gc):
+    # Guards keyed by id() took the new object, which reused the dead one's id, for the old
+    # one and ran a stale entry in most of these calls.
+    eg.random.seed(0)
+    m = _Scaled()
+    f = partial_trace(lambda x: m(x))
+    x = randn(2, 3)
+    stale = []
+    for s in range(1, 21):
+        replace(m, s)
+        gc.collect()  # free the replaced object now, so its id is the one reused next
+        if not np.allclose(f(x).numpy(), m(x).numpy(), rtol=1e-6, atol=1e-6):
+            stale.append(s)
+    assert not stale, f"stale compiled results at steps {stale}"
+
+
+def test_equal_plain_values_reuse_the_entry_and_new_callables_recapture():
+    # Plain values are compared by value, so an equal np.float32 is not a change even though
+    # it is another object; a callable is compared by (weak) identity, so a new one is.
+    eg.random.seed(0)
+    m = _Scaled()
+    f = partial_trace(lambda x: m(x))
+    x = randn(2, 3)
+    keep = []  # keep the replaced objects alive: distinct ids, so id-keyed guards differ
+    for _ in range(4):
+        keep.append(m.scale)
+        m.scale = np.float32(1.0)
+        np.testing.assert_allclose(f(x).numpy(), m(x).numpy(), rtol=1e-6)
+    assert f.cache_info().captures == 1
+    for s in (2.0, 3.0, 4.0):
+        keep.append(m.act)
+        m.act = lambda y, s=s: y * s
+        np.testing.assert_allclose(f(x).numpy(), m(x).numpy(), rtol=1e-6)
+    assert f.cache_info().captures == 4
+
+
+def test_entries_for_a_module_argument_die_with_the_module(frozen_gc):
+    f = partial_trace(lambda m, x: F.relu(m(x)))
+    x = randn(2, 3)
+    most = 0
+    for i in range(20):
+        eg.random.seed(i)
+        m = M.Linear(3, 2)
+        np.testing.assert_allclose(f(m, x).numpy(), F.relu(m(x)).numpy(), rtol=1e-6)
+        del m
+        gc.collect()
+        most = max(most, f.cache_info().entries)
+    # Entries guard the module by weak reference and go with it (one may linger until the
+    # next call looks at the cache); entries that held their module strongly all stayed
+    # until LRU eviction.
+    assert most <= 2, f"{most} entries held for modules that no longer exist"
+
+
+def test_inline_wrappers_of_the_same_code_share_entries():
+    captured = []
+
+    def body(x):
+        captured.append(1)  # Python side effects run only when the region is captured
+        return F.relu(x) * 2
+
+    x = randn(3, 2)
+    for _ in range(5):  # a new wrapper of the same function each time
+        np.testing.assert_allclose(partial_trace(body)(x).numpy(), (F.relu(x) * 2).numpy(),
+                                   rtol=1e-6)
+    assert len(captured) == 1
+    assert partial_trace(body).cache_info().captures == 1
+
+    captured.clear()
+    net = M.Linear(2, 4)
+    for _ in range(5):  # a new lambda each time, over the same objects
+        y = partial_trace(lambda x: body(net(x)))(x)
+        np.testing.assert_allclose(y.numpy(), (F.relu(net(x)) * 2).numpy(), rtol=1e-6)
+    assert len(captured) == 1

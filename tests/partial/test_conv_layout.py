@@ -1,6 +1,6 @@
-"""The convolution rewrites (issue 15): channels-last convolutions inside compiled regions and
-XLA's own convolutions on the CPU keep values and gradients equal to NCHW eager without them
-(1e-5 relative), for grouped, strided, padded and dilated convolutions, transposed ones and
+"""The convolution rewrites, made for speed on the CPU: channels-last convolutions inside compiled
+regions and XLA's own convolutions on the CPU keep values and gradients equal to NCHW eager without
+them (1e-5 relative), for grouped, strided, padded and dilated convolutions, transposed ones and
 BatchNorm; they apply where promised and `eager.set_conv_rewrites(False)` turns them off."""
 
 from __future__ import annotations

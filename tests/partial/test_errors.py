@@ -20,14 +20,11 @@ from partial import (
     exclude_from_trace,
     partial_trace,
 )
+from tests.helpers import randn
 
 from .differential import World, snapshot
 
 HERE = "test_errors.py"
-
-
-def _x(*shape, seed=0):
-    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
 
 
 @pytest.mark.parametrize("read, text", [
@@ -41,7 +38,7 @@ def _x(*shape, seed=0):
 def test_value_reads_raise_with_the_users_line(read, text):
     f = partial_trace(read)
     with pytest.raises(ValueReadError) as info:
-        f(_x(4))
+        f(randn(4))
     message = str(info.value)
     assert HERE in message and text in message
     assert "F.where" in message and "out of the region" in message
@@ -57,7 +54,7 @@ def test_a_python_branch_on_a_closed_over_tensor_is_caught_too():
         return -x
 
     with pytest.raises(ValueReadError, match="if flag > 0"):
-        f(_x(2))
+        f(randn(2))
 
 
 def test_reading_a_copy_of_an_outside_tensor_is_caught_too():
@@ -75,16 +72,16 @@ def test_reading_a_copy_of_an_outside_tensor_is_caught_too():
 def test_unsupported_arguments_name_the_argument():
     f = partial_trace(lambda x, cfg: x)
     with pytest.raises(UnsupportedArgumentError, match=r"argument args\[1\]\['arr'\] .*ndarray"):
-        f(_x(2), {"arr": np.ones(2)})
+        f(randn(2), {"arr": np.ones(2)})
     with pytest.raises(UnsupportedArgumentError, match="object"):
-        f(_x(2), object())
+        f(randn(2), object())
     assert isinstance(UnsupportedArgumentError("x"), (TraceError, TypeError))
 
 
 def test_unsupported_outputs_say_what_may_be_returned():
     f = partial_trace(lambda x: (x, object()))
     with pytest.raises(UnsupportedOutputError, match="may return Tensors"):
-        f(_x(2))
+        f(randn(2))
 
 
 class Bumper(M.Module):
@@ -123,7 +120,7 @@ def _world(wrap):
     opt = optim.Adam(net.parameters(), lr=0.1)
     gm = GradManager().attach(net.parameters())
     with gm:
-        gm.backward(net(_x(5, 3)).sum())
+        gm.backward(net(randn(5, 3)).sum())
     fail = [False]
 
     @wrap
@@ -155,14 +152,14 @@ def test_a_failed_call_leaves_every_piece_of_state_as_it_was_and_the_next_call_w
     before = snapshot(world)
     fail[0] = True
     with pytest.raises(ValueReadError):
-        world.step(_x(5, 3))
+        world.step(randn(5, 3))
     _assert_same(snapshot(world), before)  # parameters, BN, Adam state, .grad, RNG
 
     fail[0] = False
     eg.random.seed(7)
-    y = world.step(_x(5, 3))
+    y = world.step(randn(5, 3))
     eg.random.seed(7)  # the eager step draws the same dropout mask
-    expected = eager_world.step(_x(5, 3))
+    expected = eager_world.step(randn(5, 3))
     np.testing.assert_allclose(y.numpy(), expected.numpy(), rtol=1e-6, atol=1e-7)
     _assert_same(snapshot(world), snapshot(eager_world))
 
@@ -175,7 +172,7 @@ def test_user_exceptions_propagate_unchanged_and_nothing_is_cached():
         raise error
 
     with pytest.raises(KeyError) as info:
-        f(_x(2))
+        f(randn(2))
     assert info.value is error and f.cache_info().entries == 0
 
 
@@ -189,7 +186,7 @@ def test_tensors_made_inside_a_failed_capture_cannot_be_used_later():
         h.sum().item()
 
     with pytest.raises(ValueReadError):
-        f(_x(2))
+        f(randn(2))
     with pytest.raises(InvalidTensorError, match="capture failed"):
         kept[0] + 1
 

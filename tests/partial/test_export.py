@@ -26,6 +26,7 @@ from partial import (
     partial_trace,
     xla_trace,
 )
+from tests.helpers import training_step
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -222,11 +223,7 @@ def test_what_is_not_one_inference_program_is_refused(tmp_path, rng):
     @xla_trace
     def step(x, y):
         gm = GradManager().attach(net.parameters())
-        with gm:
-            loss = F.cross_entropy(net(x), y)
-            gm.backward(loss)
-        opt.step().clear_grad()
-        return loss
+        return training_step(gm, opt, lambda: F.cross_entropy(net(x), y))
 
     step(x, eg.tensor(np.zeros(4, np.int32)))
     with pytest.raises(ExportError, match="writes state back"):

@@ -7,13 +7,10 @@ import eager as eg
 import eager.functional as F
 import eager.module as M
 from eager.autodiff import GradManager
-from partial import partial_trace
+from partial import partial_trace, xla_trace
+from tests.helpers import randn
 
-from .differential import World, check_against_eager
-
-
-def _x(*shape, seed=0):
-    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+from .differential import World, assert_trees_close, check_against_eager, to_numpy
 
 
 def test_bare_decorator_and_decorator_with_options_agree_with_eager():
@@ -27,7 +24,7 @@ def test_bare_decorator_and_decorator_with_options_agree_with_eager():
     def b(x):
         return F.relu(net(x))
 
-    x = _x(4, 3)
+    x = randn(4, 3)
     expected = F.relu(net(x)).numpy()
     np.testing.assert_allclose(a(x).numpy(), expected, rtol=1e-6)
     np.testing.assert_allclose(b(x).numpy(), expected, rtol=1e-6)
@@ -36,8 +33,8 @@ def test_bare_decorator_and_decorator_with_options_agree_with_eager():
 
 def test_lambda():
     f = partial_trace(lambda x, y: x * y + 1)
-    np.testing.assert_allclose(f(_x(3), _x(3, seed=1)).numpy(),
-                               (_x(3) * _x(3, seed=1) + 1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(f(randn(3), randn(3, seed=1)).numpy(),
+                               (randn(3) * randn(3, seed=1) + 1).numpy(), rtol=1e-6)
 
 
 class Net(M.Module):
@@ -56,7 +53,7 @@ class Net(M.Module):
 
 def test_method_and_module_forward_bind_like_functions():
     a, b = Net(), Net()
-    x = _x(2, 3)
+    x = randn(2, 3)
     for net in (a, b):
         np.testing.assert_allclose(net(x).numpy(), F.gelu(net.fc(x)).numpy(), rtol=1e-6)
         np.testing.assert_allclose(net.scaled(x, 2.0).numpy(), (net.fc(x) * 2.0).numpy(),
@@ -74,7 +71,7 @@ def test_module_forward_gradients_match_eager():
 
         def step(i):
             with gm:
-                loss = (net(_x(4, 3, seed=i)) ** 2).sum()
+                loss = (net(randn(4, 3, seed=i)) ** 2).sum()
                 gm.backward(loss)
             return loss
 
@@ -89,7 +86,7 @@ def test_nested_arguments_outputs_and_kwargs_keep_their_structure():
         return {"sum": x + y, "list": [x * scale, z], "tuple": (z - 1, len(flags)), "none": None}
 
     f = partial_trace(region)
-    batch = {"x": _x(2), "pair": (_x(2, seed=1), _x(3, seed=2))}
+    batch = {"x": randn(2), "pair": (randn(2, seed=1), randn(3, seed=2))}
     got = f(batch, scale=3.0)
     want = region(batch, scale=3.0)
     assert set(got) == set(want) and got["none"] is None and got["tuple"][1] == 1
@@ -101,7 +98,7 @@ def test_nested_arguments_outputs_and_kwargs_keep_their_structure():
 
 def test_plain_python_values_are_static_and_key_the_cache():
     f = partial_trace(lambda x, k, mode: x * k if mode == "mul" else x + k)
-    x = _x(3)
+    x = randn(3)
     np.testing.assert_allclose(f(x, 2, "mul").numpy(), (x * 2).numpy())
     np.testing.assert_allclose(f(x, 2, "add").numpy(), (x + 2).numpy())
     np.testing.assert_allclose(f(x, 3, "mul").numpy(), (x * 3).numpy())
@@ -112,7 +109,7 @@ def test_plain_python_values_are_static_and_key_the_cache():
 
 def test_the_same_tensor_twice_is_one_input_and_keys_separately():
     f = partial_trace(lambda a, b: a * 2 + b)
-    x, y = _x(3), _x(3, seed=1)
+    x, y = randn(3), randn(3, seed=1)
     np.testing.assert_allclose(f(x, x).numpy(), (x * 3).numpy(), rtol=1e-6)
     np.testing.assert_allclose(f(x, y).numpy(), (x * 2 + y).numpy(), rtol=1e-6)
     assert f.cache_info().captures == 2
@@ -121,7 +118,7 @@ def test_the_same_tensor_twice_is_one_input_and_keys_separately():
 def test_outputs_that_are_inputs_are_the_same_objects():
     w = eg.Parameter([1.0, 2.0])
     f = partial_trace(lambda x: (x, w, x + w))
-    x = _x(2)
+    x = randn(2)
     a, b, c = f(x)
     assert a is x and b is w
     np.testing.assert_allclose(c.numpy(), (x + w).numpy())
@@ -139,17 +136,17 @@ def test_options_are_checked():
 def test_a_traced_function_called_inside_another_region_becomes_part_of_it():
     inner = partial_trace(lambda x: x * 2)
     outer = partial_trace(lambda x: inner(x) + 1)
-    x = _x(3)
+    x = randn(3)
     np.testing.assert_allclose(outer(x).numpy(), (x * 2 + 1).numpy())
     assert inner.cache_info().captures == 0 and outer.cache_info().captures == 1
 
 
-# ----- MegEngine's spellings (issue 14) -------------------------------------------------------
+# ----- MegEngine's spellings ----------------------------------------------------------------------
 def test_megengine_spellings_func_backend_default_and_trace():
     from partial import trace
 
     net = M.Linear(3, 2)
-    x = _x(4, 3)
+    x = randn(4, 3)
     expected = F.relu(net(x)).numpy()
     f = partial_trace(func=lambda x: F.relu(net(x)), backend="default", without_host=False)
     np.testing.assert_allclose(f(x).numpy(), expected, rtol=1e-6)
@@ -183,10 +180,68 @@ def test_without_host_refuses_a_graph_break_and_changes_nothing(kind):
 
     region = getattr(partial, kind)(without_host=True)(body)
     with pytest.raises(UnsupportedInRegionError, match="without_host=True") as info:
-        region(_x(4, 3))
+        region(randn(4, 3))
     assert "test_forms.py" in str(info.value)
     for k, v in bn.state_dict().items():
         np.testing.assert_array_equal(v, before[k])
     np.testing.assert_array_equal(eg.random.get_state().numpy(), rng)
     with pytest.raises(ValueError, match="choose one"):
         getattr(partial, kind)(without_host=True, graph_breaks=True)
+
+
+# ----- Python values as arguments, output structures, modules -------------------------------------
+def test_a_float_argument_is_an_input_and_other_plain_values_are_static():
+    seen = []
+
+    def body(x, s, flag=None):
+        # runs only when captured
+        seen.append((isinstance(s, eg.Tensor), getattr(s, "shape", None),
+                     getattr(s, "dtype", None)))
+        return x * s + (1.0 if flag else 0.0)
+
+    f = partial_trace(body)
+    x = randn(3)
+    for _ in range(5):  # NaN != NaN: a key holding the value never matched
+        assert np.isnan(f(x, float("nan")).numpy()).all()
+    assert f.cache_info().captures == 1
+    for s in (0.5, 0.25):
+        np.testing.assert_allclose(f(x, s).numpy(), x.numpy() * np.float32(s), rtol=1e-6)
+    assert f.cache_info().captures == 1
+    assert seen == [(True, (), np.dtype(np.float32))]  # a 0-d float32 Tensor inside
+
+    # int, bool, str and None are static: every new value is a new entry.
+    g = partial_trace(lambda x, k, flag, tag: x * k if flag else x * (k + len(tag or "")))
+    for k, flag, tag in [(2, True, None), (2, True, None), (3, True, None),
+                         (3, False, None), (3, False, "ab"), (3, False, "ab")]:
+        want = x.numpy() * (k if flag else k + len(tag or ""))
+        np.testing.assert_allclose(g(x, k, flag, tag).numpy(), want, rtol=1e-6)
+    assert g.cache_info().captures == 4
+
+
+@pytest.mark.parametrize("compile", [partial_trace, xla_trace], ids=["partial_trace", "xla_trace"])
+def test_the_output_structure_is_kept_exactly(compile):
+    x = randn(2, 3)
+    for make in (lambda x: [x * 2], lambda x: (x * 2,), lambda x: {"a": x * 2},
+                 lambda x: x * 2, lambda x: ([x * 2], {"b": (x + 1,)})):
+        want, got = make(x), compile(make)(x)
+        assert type(got) is type(want), f"{type(got).__name__} for a {type(want).__name__}"
+        assert_trees_close(to_numpy(got), to_numpy(want), 1e-6, 1e-6, "outputs")
+
+
+def test_partial_trace_of_a_module_is_still_that_module():
+    eg.random.seed(0)
+    lin = M.Linear(3, 2)
+    w = partial_trace(lin)
+    assert isinstance(w, M.Module)
+    assert w.weight is lin.weight and w.bias is lin.bias
+    assert len(w.parameters()) == 2
+    assert all(a is b for a, b in zip(w.parameters(), lin.parameters()))
+    assert set(w.state_dict()) == set(lin.state_dict()) == {"weight", "bias"}
+    w.eval()
+    assert lin.training is False
+    w.train()
+    assert lin.training is True
+    x = randn(4, 3)
+    for _ in range(2):
+        np.testing.assert_allclose(w(x).numpy(), lin(x).numpy(), rtol=1e-6)
+    assert w.cache_info().captures == 1

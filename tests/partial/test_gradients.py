@@ -6,15 +6,13 @@ import pytest
 import eager as eg
 import eager.functional as F
 import eager.module as M
+import eager.optimizer as optim
 from eager import BackwardError
 from eager.autodiff import GradManager, no_grad
 from partial import partial_trace
+from tests.helpers import randn
 
 from .differential import World, check_against_eager
-
-
-def _x(*shape, seed=0):
-    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
 
 
 def _mlp():
@@ -29,7 +27,7 @@ def test_outputs_nobody_uses_get_zero_cotangents():
 
         def step(i):
             with gm:
-                feats, unused, idx = region(_x(5, 3, seed=i))
+                feats, unused, idx = region(randn(5, 3, seed=i))
                 gm.backward(feats[:, :2].sum())
             net.zero_grad() if i < 2 else None
             return feats, unused, idx
@@ -47,8 +45,8 @@ def test_shared_weights_called_twice_keep_their_own_residuals():
 
         def step(i):
             with gm:
-                a = region(_x(4, 3, seed=i))
-                b = region(_x(4, 3, seed=i + 10))
+                a = region(randn(4, 3, seed=i))
+                b = region(randn(4, 3, seed=i + 10))
                 loss = (a * b).sum() + (a**2).mean()
                 gm.backward(loss)
             return loss
@@ -74,7 +72,7 @@ def test_gradient_callbacks_see_the_same_gradients_as_eager():
 
         def step(i):
             with gm:
-                gm.backward(region(_x(4, 3, seed=i)).sum())
+                gm.backward(region(randn(4, 3, seed=i)).sum())
             return [p.grad for p in net.parameters()]
 
         return World(step, modules=[net])
@@ -88,16 +86,16 @@ def test_gradient_callbacks_see_the_same_gradients_as_eager():
 def test_without_a_recording_manager_only_the_inference_forward_runs():
     net = _mlp()
     region = partial_trace(lambda x: net(x))
-    y = region(_x(2, 3))
+    y = region(randn(2, 3))
     entry_exes = region._cache.most_recent().segment.executables()
     assert list(entry_exes) == ["forward"]
     gm = GradManager().attach(net.parameters())
     with gm:
-        gm.backward(region(_x(2, 3)).sum())  # now the vjp pair is built
+        gm.backward(region(randn(2, 3)).sum())  # now the vjp pair is built
     assert len(region._cache.most_recent().segment.executables()) == 3
     with no_grad():
         gm.record()
-        z = region(_x(2, 3))
+        z = region(randn(2, 3))
         gm.release()
     assert eg.hooks.history(z) == (None, 0) and eg.hooks.history(y) == (None, 0)
 
@@ -131,7 +129,7 @@ def test_detach_and_no_grad_inside_the_region_cut_gradients_as_eagerly():
         def step(i):
             w.grad = None
             with gm:
-                gm.backward(region(_x(3, seed=i)).sum())
+                gm.backward(region(randn(3, seed=i)).sum())
             return w.grad
 
         return World(step, tensors={"w": w})
@@ -141,7 +139,7 @@ def test_detach_and_no_grad_inside_the_region_cut_gradients_as_eagerly():
 
 def test_eager_ops_before_and_after_the_segment_and_attached_inputs():
     def build(wrap):
-        pre = eg.Parameter(_x(4, 3).numpy())
+        pre = eg.Parameter(randn(4, 3).numpy())
         net = _mlp()
         region = wrap(lambda h, k: (net(h) * k, k.sum()))
         gm = GradManager().attach(net.parameters() + [pre])
@@ -196,3 +194,35 @@ def test_a_second_backward_through_a_segment_raises():
     with pytest.raises(BackwardError, match="freed"):
         gm.backward((y * 2).sum())
     gm.release()
+
+
+# ----- outputs the loss does not reach ------------------------------------------------------------
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1),
+    lambda ps: optim.Adam(ps, lr=0.01, weight_decay=0.01),
+], ids=["sgd-momentum-wd", "adam"])
+def test_parameters_that_only_feed_an_unused_output_get_no_gradient(make_opt):
+    def build(wrap):
+        trunk, head_a, head_b = M.Linear(4, 5), M.Linear(5, 3), M.Linear(5, 2)
+        net = M.Sequential(trunk, head_a, head_b)  # for the snapshot only
+        params = net.parameters()
+        opt = make_opt(params)
+        gm = GradManager().attach(params)
+
+        @wrap
+        def region(x):
+            h = F.relu(trunk(x))
+            return head_a(h), head_b(h)
+
+        def step(i):
+            opt.clear_grad()  # first: the last step's .grad stays for the snapshot to compare
+            with gm:
+                a, b = region(randn(6, 4, seed=i))
+                gm.backward((a ** 2).mean())  # b (and so head_b) is not part of the loss
+            no_grad = [p.grad is None for p in params]  # head_b's: True, as in eager
+            opt.step()
+            return no_grad, a, b
+
+        return World(step, modules=[net], optimizers=[opt])
+
+    check_against_eager(build, steps=3)

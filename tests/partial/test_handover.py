@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
@@ -16,14 +16,9 @@ import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import exclude_from_trace, partial_trace, xla_trace
 from partial import exclude_from_trace as eager_block
+from tests.helpers import examples, labelled_batch, training_step
 
 from .differential import World, check_against_eager, snapshot
-
-
-def _batch(i, n=6):
-    rng = np.random.default_rng([i, 5])
-    return (eg.tensor(rng.standard_normal((n, 8)).astype(np.float32)),
-            eg.tensor(rng.integers(0, 4, n).astype(np.int32)))
 
 
 def _log_mean(log, h):
@@ -70,11 +65,7 @@ def test_the_code_before_the_first_break_runs_once_per_call(where, compile):
             return net[3:](look(net[:3](x)))
 
         def train_step(x, y):  # the whole step, for xla_trace
-            with gm:
-                loss = F.cross_entropy(forward(x), y)
-                gm.backward(loss)
-            opt.step().clear_grad()
-            return loss
+            return training_step(gm, opt, lambda: F.cross_entropy(forward(x), y))
 
         if compile is xla_trace:
             step_fn = wrap(train_step)
@@ -82,14 +73,10 @@ def test_the_code_before_the_first_break_runs_once_per_call(where, compile):
             region = wrap(forward)
 
             def step_fn(x, y):
-                with gm:
-                    loss = F.cross_entropy(region(x), y)
-                    gm.backward(loss)
-                opt.step().clear_grad()
-                return loss
+                return training_step(gm, opt, lambda: F.cross_entropy(region(x), y))
 
         def step(i):
-            loss = step_fn(*_batch(i))
+            loss = step_fn(*labelled_batch((i, 5)))
             return loss, list(log), len(runs)
 
         return World(step, modules=[net], optimizers=[opt],
@@ -116,7 +103,7 @@ def test_a_failure_after_the_handover_leaves_the_state_as_before_the_call():
 
     world = World(lambda i: None, modules=[net])
     before = snapshot(world)
-    x = _batch(0)[0]
+    x = labelled_batch((0, 5))[0]
     with pytest.raises(ValueError, match="in the block"):
         f(x)
     after = snapshot(world)
@@ -182,7 +169,7 @@ def test_an_xla_trace_step_breaking_after_backward_runs_its_python_once(caplog):
     compiled = xla_trace(step)
     with caplog.at_level(logging.WARNING, logger="partial"):
         for i in range(3):
-            compiled(*_batch(i))
+            compiled(*labelled_batch((i, 5)))
     assert len(runs) == 3 and len(seen) == 3
     assert "ran twice" not in caplog.text
 
@@ -222,7 +209,7 @@ def test_a_step_with_several_backwards_before_its_break_runs_its_python_once(pat
             return loss
 
         step_fn = wrap(train_step)
-        return World(lambda i: (step_fn(*_batch(i)), list(log)), modules=[net],
+        return World(lambda i: (step_fn(*labelled_batch((i, 5))), list(log)), modules=[net],
                      optimizers=[opt], traced=[step_fn])
 
     with caplog.at_level(logging.WARNING, logger="partial"):
@@ -249,7 +236,7 @@ def test_a_parameter_updated_in_a_stretch_and_used_again_gets_its_gradient():
             return net.weight * 1
 
         step_fn = wrap(train_step)
-        return World(lambda i: step_fn(*_batch(i)), modules=[net], optimizers=[opt],
+        return World(lambda i: step_fn(*labelled_batch((i, 5))), modules=[net], optimizers=[opt],
                      traced=[step_fn])
 
     check_against_eager(build, steps=3, compile=xla_trace)
@@ -279,7 +266,7 @@ def test_tensors_made_from_plain_values_before_the_break_are_handed_over(compile
 
         def step(i):
             with gm:
-                out = f(_batch(i)[0])
+                out = f(labelled_batch((i, 5))[0])
                 gm.backward((out * out).mean())
             opt.step().clear_grad()
             return out, list(log), len(runs)
@@ -308,7 +295,7 @@ def test_a_capture_that_cannot_be_handed_over_runs_the_call_again_lazily(monkeyp
             return h
 
         f = wrap(region)
-        return World(lambda i: (f(_batch(i)[0]), list(log)), modules=[net], traced=[f])
+        return World(lambda i: (f(labelled_batch((i, 5))[0]), list(log)), modules=[net], traced=[f])
 
     with caplog.at_level(logging.WARNING, logger="partial"):
         world = check_against_eager(build, steps=3)
@@ -365,7 +352,7 @@ def _region(net, steps, at, kind, log, runs):
 
 
 @pytest.mark.slow  # long random runs: .ci/run runs them after the README's command
-@settings(max_examples=20, deadline=None, derandomize=True)
+@examples(20)
 @given(steps=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=6),
        at=st.integers(0, 5), kind=st.sampled_from(["block", "read"]))
 def test_random_regions_that_break_match_eager_from_the_first_call(steps, at, kind):
@@ -380,7 +367,7 @@ def test_random_regions_that_break_match_eager_from_the_first_call(steps, at, ki
         opt = optim.SGD(params, lr=0.1, momentum=0.9)
 
         def step(i):
-            x = _batch(i)[0][:, :4]
+            x = labelled_batch((i, 5))[0][:, :4]
             with gm:
                 out = f(x)
                 gm.backward((out * out).mean())
@@ -396,7 +383,7 @@ def test_random_regions_that_break_match_eager_from_the_first_call(steps, at, ki
 
 
 @pytest.mark.slow
-@settings(max_examples=15, deadline=None, derandomize=True)
+@examples(15)
 @given(steps=st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=5),
        at=st.integers(0, 6), kind=st.sampled_from(["block", "read"]),
        adam=st.booleans(), micro=st.sampled_from([1, 1, 2]), step_each=st.booleans())
@@ -435,7 +422,7 @@ def test_random_xla_steps_breaking_before_or_after_backward_match_eager(steps, a
         step_fn = wrap(train_step)
 
         def step(i):
-            out = step_fn(_batch(i)[0][:, :4])
+            out = step_fn(labelled_batch((i, 5))[0][:, :4])
             return out, list(log), len(runs)
 
         return World(step, modules=[net], optimizers=[opt], tensors={"acc": net.acc},
@@ -467,7 +454,7 @@ def test_an_xla_trace_step_breaking_after_backward_matches_eager():
             return loss
 
         step_fn = wrap(train_step)
-        return World(lambda i: (step_fn(*_batch(i)), list(log)), modules=[net],
+        return World(lambda i: (step_fn(*labelled_batch((i, 5))), list(log)), modules=[net],
                      optimizers=[opt], traced=[step_fn])
 
     check_against_eager(build, steps=3, compile=xla_trace)

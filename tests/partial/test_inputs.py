@@ -9,20 +9,17 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import partial_trace
+from tests.helpers import randn, training_step
 
 from .differential import World, check_against_eager
 
 GLOBAL_SCALE = eg.Parameter([2.0, 3.0])
 
 
-def _x(*shape, seed=0):
-    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
-
-
 def test_closure_and_global_tensors_are_read_fresh_at_every_call():
     w = eg.tensor([1.0, 1.0])
     f = partial_trace(lambda x: x * w * GLOBAL_SCALE)
-    x = _x(2)
+    x = randn(2)
     np.testing.assert_allclose(f(x).numpy(), (x * w * GLOBAL_SCALE).numpy())
     w[...] = eg.tensor([5.0, -1.0])  # in place: the same tensor, a new value
     old = GLOBAL_SCALE.numpy()
@@ -37,7 +34,7 @@ def test_closure_and_global_tensors_are_read_fresh_at_every_call():
 def test_gradients_reach_closure_global_and_argument_tensors():
     def build(wrap):
         w = eg.Parameter(np.arange(6, dtype=np.float32).reshape(2, 3) / 10)
-        x = eg.Parameter(_x(4, 2).numpy())  # an attached non-parameter input
+        x = eg.Parameter(randn(4, 2).numpy())  # an attached non-parameter input
         region = wrap(lambda x: (x @ w) * GLOBAL_SCALE.sum())
         gm = GradManager().attach([w, x, GLOBAL_SCALE])
 
@@ -62,11 +59,7 @@ def test_optimizer_updates_between_calls_are_seen():
         region = wrap(lambda x: net(x))
 
         def step(i):
-            with gm:
-                loss = region(_x(5, 3, seed=i)).sum()
-                gm.backward(loss)
-            opt.step().clear_grad()
-            return loss
+            return training_step(gm, opt, lambda: region(randn(5, 3, seed=i)).sum())
 
         return World(step, modules=[net], optimizers=[opt])
 
@@ -83,21 +76,17 @@ def test_a_grad_manager_passed_as_an_argument_trains_as_eagerly():
         gm = GradManager().attach(net.parameters())
 
         def whole(x, *, gm):
-            with gm:
-                loss = (net(x) ** 2).mean()
-                gm.backward(loss)
-            opt.step().clear_grad()
-            return loss
+            return training_step(gm, opt, lambda: (net(x) ** 2).mean())
 
         traced = wrap(whole)
-        return World(lambda i: traced(_x(5, 3, seed=i), gm=gm), modules=[net],
+        return World(lambda i: traced(randn(5, 3, seed=i), gm=gm), modules=[net],
                      optimizers=[opt], traced=[traced])
 
     world = check_against_eager(build, steps=3, compile=xla_trace)
     assert world.traced[0].cache_info().captures == 1
     net = world.modules[0]
     before = [p.numpy() for p in net.parameters()]
-    world.traced[0](_x(5, 3), gm=GradManager())  # attached to nothing: no gradient, no update
+    world.traced[0](randn(5, 3), gm=GradManager())  # attached to nothing: no gradient, no update
     assert world.traced[0].cache_info().captures == 2  # another manager is another program
     for p, b in zip(net.parameters(), before):
         np.testing.assert_array_equal(p.numpy(), b)
@@ -107,7 +96,7 @@ def test_capture_as_const_bakes_closed_over_tensors_but_not_module_arguments():
     w = eg.tensor([1.0, 2.0])
     net = M.Linear(2, 2)
     f = partial_trace(lambda m, x: m(x) * w, capture_as_const=True)
-    x = _x(3, 2)
+    x = randn(3, 2)
     first = f(net, x).numpy()
     np.testing.assert_allclose(first, (net(x) * w).numpy(), rtol=1e-6)
     w[...] = eg.tensor([10.0, 10.0])  # baked: not seen
@@ -124,7 +113,7 @@ def test_capture_as_const_never_bakes_the_traced_modules_own_parameters(form):
     but name, so its parameters are inputs (they were baked, and training went stale)."""
     net = M.Linear(2, 1)
     traced = partial_trace(net if form == "module" else net.forward, capture_as_const=True)
-    x = _x(1, 2)
+    x = randn(1, 2)
     traced(x)
     net.weight[...] = net.weight * 0
     np.testing.assert_allclose(traced(x).numpy(), net(x).numpy(), rtol=1e-6)

@@ -15,10 +15,7 @@ import eager.functional as F
 import eager.module as M
 from eager.autodiff import GradManager
 from partial import partial_trace
-
-
-def _x(*shape, dtype=np.float32):
-    return eg.tensor(np.random.default_rng(0).standard_normal(shape).astype(dtype))
+from tests.helpers import randn
 
 
 def _deep_mlp(width=64, depth=6) -> M.Module:
@@ -39,7 +36,7 @@ def _train_step(f, net, x):
 def test_entries_report_executables_costs_memory_and_guards():
     net = M.Sequential(M.Linear(8, 16), M.ReLU(), M.BatchNorm1d(16))
     f = partial_trace(net)
-    x = _x(4, 8)
+    x = randn(4, 8)
     f(x)
     (info,) = f.entries()
     # (on an accelerator the placement is part of the key and is shown: "... on cuda:0")
@@ -73,15 +70,15 @@ def test_explain_names_what_changed_for_every_capture_after_the_first():
         return getattr(F, act)(net(x))
 
     f = partial_trace(region)
-    f(_x(2, 3), "relu")
-    f(_x(5, 3), "relu")  # shape
-    f(_x(5, 3).astype("float16"), "relu")  # dtype
-    f(_x(5, 3), "tanh")  # a static argument
+    f(randn(2, 3), "relu")
+    f(randn(5, 3), "relu")  # shape
+    f(randn(5, 3).astype("float16"), "relu")  # dtype
+    f(randn(5, 3), "tanh")  # a static argument
     net.eval()  # training mode
-    f(_x(5, 3), "tanh")
+    f(randn(5, 3), "tanh")
     net.train()
     net.extra = M.Linear(3, 3)  # module structure
-    f(_x(5, 3), "tanh")
+    f(randn(5, 3), "tanh")
     lines = _explained(f)
     assert len(lines) == 5, f.explain()
     assert "argument x changed from Tensor[2, 3] float32 to Tensor[5, 3] float32" in lines[0]
@@ -94,8 +91,8 @@ def test_explain_names_what_changed_for_every_capture_after_the_first():
 def test_captures_are_logged_to_the_partial_logger(caplog):
     f = partial_trace(lambda x: x * 2)
     with caplog.at_level(logging.INFO, logger="partial"):
-        f(_x(2))
-        f(_x(3))
+        f(randn(2))
+        f(randn(3))
     messages = [r.getMessage() for r in caplog.records if r.name == "partial"]
     assert any("capture 1: the first call" in m for m in messages)
     assert any("capture 2: argument" in m and "Tensor[3]" in m for m in messages)
@@ -105,7 +102,7 @@ def test_captures_are_logged_to_the_partial_logger(caplog):
 def test_remat_keeps_values_and_gradients_and_lowers_residual_bytes(remat):
     eg.random.seed(0)
     net = _deep_mlp()
-    x = _x(32, 64)
+    x = randn(32, 64)
     plain, rematted = partial_trace(net), partial_trace(net, remat=remat)
     loss0, grads0 = _train_step(plain, net, x)
     for p in net.parameters():
@@ -123,7 +120,7 @@ def test_remat_keeps_values_and_gradients_and_lowers_residual_bytes(remat):
 def test_remat_with_graph_breaks_and_a_bad_value():
     net = _deep_mlp(depth=2)
     f = partial_trace(lambda x: F.relu(net(x)), remat=True, graph_breaks=True)
-    loss, grads = _train_step(f, net, _x(4, 64))
+    loss, grads = _train_step(f, net, randn(4, 64))
     assert np.isfinite(loss) and all(np.isfinite(g).all() for g in grads)
     with pytest.raises(ValueError, match=r"remat=1\) *: remat is False, True or 'dots'|remat"):
         partial_trace(net, remat="all")

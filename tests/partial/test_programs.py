@@ -5,14 +5,15 @@ import functools as ft
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import eager as eg
 from eager.autodiff import GradManager
 from partial import partial_trace
+from tests.eager.references import BINARY, UNARY
+from tests.helpers import examples
 
-from ..eager.test_ops import BINARY, UNARY
 from .differential import assert_all_close
 
 POSITIVE_LO = 0.5
@@ -62,7 +63,7 @@ step = st.one_of(
 
 
 @pytest.mark.slow
-@settings(max_examples=12, deadline=None, derandomize=True)
+@examples(12)
 @given(steps=st.lists(step, min_size=1, max_size=6), seed=st.integers(0, 2**16))
 def test_random_programs_compile_to_the_same_values_and_gradients(steps, seed):
     rng = np.random.default_rng(seed)

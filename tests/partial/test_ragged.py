@@ -1,4 +1,4 @@
-"""Boolean selections inside regions (decision 15): a selection whose size Python never reads
+"""Boolean selections inside regions: a selection whose size Python never reads
 compiles into the region as a fixed-capacity masked computation (one executable for every
 count) and equals eager code; reading its size is a `ValueReadError`, or a graph break."""
 

@@ -1,21 +1,21 @@
 """Mutation and state: in-place updates, escaping tensors, optimizer steps and the RNG inside a
 region are outputs of the compiled code, written back after every call."""
 
+import gc
+
 import jax
 import numpy as np
+import pytest
 
 import eager as eg
 import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
-from partial import partial_trace
+from partial import partial_trace, xla_trace
+from tests.helpers import randn
 
 from .differential import World, check_against_eager
-
-
-def _x(*shape, seed=0):
-    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
 
 
 def _cnn():
@@ -32,7 +32,7 @@ def test_batchnorm_running_statistics_in_training_and_eval():
         def step(i):
             net.train(i != 2)  # the third step runs in eval mode: another entry
             with gm:
-                gm.backward(region(_x(3, 2, 5, 5, seed=i)).sum())
+                gm.backward(region(randn(3, 2, 5, 5, seed=i)).sum())
             return [b for b in net.buffers()]
 
         return World(step, modules=[net], traced=[region])
@@ -68,7 +68,7 @@ def test_an_optimizer_step_inside_the_region_with_a_learning_rate_change():
 
         def step(i):
             with gm:
-                loss = (net(_x(4, 3, seed=i)) ** 2).mean()
+                loss = (net(randn(4, 3, seed=i)) ** 2).mean()
                 gm.backward(loss)
             update()
             if i == 1:
@@ -116,7 +116,7 @@ def test_tensors_stored_on_modules_and_in_containers_escape_and_are_written_back
         region = wrap(region)
 
         def step(i):
-            y = region(_x(2, 3, seed=i))
+            y = region(randn(2, 3, seed=i))
             return y, net.last
 
         return World(step, modules=[net])
@@ -142,7 +142,7 @@ def test_dropout_draws_exactly_the_eager_masks_and_new_ones_each_call():
 
         def step(i):
             with gm:
-                y = region(_x(6, 4))
+                y = region(randn(6, 4))
                 gm.backward(y.sum())
             return y
 
@@ -152,7 +152,7 @@ def test_dropout_draws_exactly_the_eager_masks_and_new_ones_each_call():
     eg.random.seed(3)
     net = M.Sequential(M.Linear(4, 8), M.Dropout(0.5))
     f = partial_trace(lambda x: net(x))
-    a, b = f(_x(6, 4)).numpy(), f(_x(6, 4)).numpy()
+    a, b = f(randn(6, 4)).numpy(), f(randn(6, 4)).numpy()
     assert not np.array_equal(a == 0, b == 0)
 
 
@@ -176,7 +176,52 @@ def test_no_tracer_leaks_out_of_a_region():
         return h
 
     f = partial_trace(region)
-    f(_x(1, 2))
+    f(randn(1, 2))
     for t in [box["h"], net.cache[0], net.weight, net.bias, eg.random.get_state()]:
         assert not isinstance(eg.read(t), jax.core.Tracer)
         t.numpy()
+
+
+# ----- optimizer slots replaced between steps -----------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("whole_step", [False, True], ids=["partial_trace", "xla_trace"])
+def test_a_replaced_momentum_buffer_is_the_one_used_and_updated(whole_step):
+    def build(wrap):
+        net = M.Linear(4, 3)
+        params = net.parameters()
+        opt = optim.SGD(params, lr=0.1, momentum=0.9)
+        gm = GradManager().attach(params)
+        old: dict = {}  # replaced buffers still referenced: they must no longer change
+
+        def train(x):
+            with gm:
+                loss = (net(x) ** 2).mean()
+                gm.backward(loss)
+            return loss
+
+        if whole_step:
+            @wrap
+            def step(x):
+                loss = train(x)
+                opt.step().clear_grad()
+                return loss
+        else:  # the update alone is compiled
+            update = wrap(lambda: opt.step().clear_grad())
+
+            def step(x):
+                loss = train(x)
+                update()
+                return loss
+
+        def run(i):
+            if i in (2, 4):  # a new tensor in the slot, as a momentum reset does
+                for j, p in enumerate(params):
+                    if i == 2:  # the old buffer lives on ...
+                        old[f"old_buffer{j}"] = opt.state[p]["momentum_buffer"]
+                    opt.state[p]["momentum_buffer"] = eg.zeros_like(p)
+                gc.collect()  # ... or dies, and its id is free for reuse
+            return step(randn(5, 4, seed=i))
+
+        return World(run, modules=[net], optimizers=[opt], tensors=old)
+
+    check_against_eager(build, steps=6, compile=xla_trace if whole_step else partial_trace)

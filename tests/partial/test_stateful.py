@@ -1,4 +1,4 @@
-"""A stateful property test of the compile cache and its guards (issue 12, "How it is checked").
+"""A stateful property test of the compile cache and its guards.
 
 Two worlds are built from the same seed and driven by the same rule sequence: one runs eagerly,
 the other compiled, either as a `partial_trace` backbone region under a GradManager with the loss
@@ -9,12 +9,13 @@ Python int/float/bool the forward reads, an activation lambda), objects dropped 
 `gc.collect()` so that ids get reused, optimizer slots replaced, parameters attached late,
 learning-rate changes and train/eval switches. Every call compares everything a user can
 observe: outputs, `.grad` (None-ness included), parameters, buffers, optimizer state, the
-learning rate and the RNG key.
+learning rate and the RNG key, with the differential harness's `snapshot` and
+`assert_states_close` (`differential.py`).
 
 A failure names the quantity that differed and lists the rules the example ran before it
 (hypothesis also prints the shrunk sequence when the failure replays). Captures are the cost:
 rules that may select another specialization are rationed per example (`can_change`), so the
-two tests run up to 2,900 steps, deterministically (derandomized, no database).
+two tests run up to 2,900 steps; under the default hypothesis profile, deterministically.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
+from tests.helpers import examples, labelled_batch
+
+from .differential import World, assert_states_close, snapshot
 
 # Long runs (stateful machines over thousands of steps, launches of several processes): the
 # README's test command leaves them out (-m "not slow"), .ci/run runs them too.
@@ -60,8 +64,7 @@ LRS = (0.01, 0.05, 0.1)
 PYTHON_ATTRIBUTES = (("alpha", 0.5), ("power", 2), ("use_shift", False), ("drop_prob", 0.25),
                      ("alpha", 1.5), ("alpha", 1.0), ("power", 1), ("use_shift", True),
                      ("drop_prob", 0.0))
-# differential.assert_all_close's tolerance (every call starts from equal states, see
-# PartialMachine._call).
+# The comparison's tolerance (every call starts from equal states, see PartialMachine._call).
 RTOL = ATOL = 2e-5
 SEED = 3
 CAPTURES = 4  # per example, see PartialMachine.can_change
@@ -75,7 +78,8 @@ RULES: dict[str, dict[str, int]] = {}
 
 def _activation(kind: str):
     """A NEW function object on every call: replacing `net.act` frees the old one, whose id
-    the next new lambda may take (the defect of issue 12, point 1)."""
+    the next new lambda may take (guards keyed by id() then took the new lambda for the old
+    one)."""
     if kind == "relu":
         return lambda t: F.relu(t)
     if kind == "tanh":
@@ -121,12 +125,6 @@ def _body(net, x, tmp, c):
     return net(x, tmp, c)
 
 
-def _data(n: int, k: int) -> tuple[eg.Tensor, eg.Tensor]:
-    rng = np.random.default_rng([n, k])
-    x = rng.standard_normal((n, 4)).astype(np.float32)
-    return eg.tensor(x), eg.tensor(rng.integers(0, 3, n).astype(np.int32))
-
-
 def _tmp_module(seed: int) -> M.Module:
     tmp = M.Linear(3, 3)
     rng = np.random.default_rng(seed)
@@ -135,7 +133,7 @@ def _tmp_module(seed: int) -> M.Module:
     return tmp
 
 
-class World:
+class Trainer:
     """One model, optimizer and GradManager, and its step, eager or compiled."""
 
     def __init__(self, mode: str, compiled: bool, optimizer: str):
@@ -149,7 +147,8 @@ class World:
         else:
             self.opt = optim.Adam(self.params, lr=0.01)
         # fc2.bias and head.bias start unattached; a rule attaches them later. head.weight is
-        # attached: it gets no gradient when the loss ignores the aux output (decisions.md 2).
+        # attached: it gets no gradient (None, as in eager code) when the loss ignores the aux
+        # output.
         self.unattached = ["fc2.bias", "head.bias"]
         by_name = dict(self.net.named_parameters())
         self.gm = GradManager().attach([by_name[n] for n in self.names
@@ -162,8 +161,8 @@ class World:
             self.fn = xla_trace(self._train_step) if compiled else self._train_step
         if compiled:
             # A new wrapper of `_body` shares the entries of the earlier examples' wrappers
-            # (decisions.md 8); dropping them keeps hypothesis's examples independent, so that
-            # a failure replays and shrinks.
+            # (wrappers of the same code share one cache); dropping them keeps hypothesis's
+            # examples independent, so that a failure replays and shrinks.
             self.fn.cache_clear()
 
     def _loss(self, out, aux, y, use_aux):
@@ -183,7 +182,7 @@ class World:
 
     def step(self, n: int, k: int, c: float, use_aux: bool, seed: int) -> dict:
         """One training step on batch (n, k); returns everything to compare, by name."""
-        x, y = _data(n, k)
+        x, y = labelled_batch((n, k), (n, 4), classes=3)
         eg.random.seed(seed)  # both worlds start the step from the same key
         seen: dict = {}
         if self.mode == "partial":
@@ -205,44 +204,13 @@ class World:
         return seen | self.state()
 
     def state(self) -> dict:
-        seen: dict = {}
-        for name, p in self.net.named_parameters():
-            seen[f"parameter {name}"] = p.numpy()
-            seen[f"{name}.grad after the step"] = None if p.grad is None else p.grad.numpy()
-        for name, b in self.net.named_buffers():
-            seen[f"buffer {name}"] = b.numpy()
-        for name, p in zip(self.names, self.params):
-            for slot, t in self.opt.state[p].items():
-                seen[f"optimizer state {name}[{slot!r}]"] = t.numpy()
-        seen["lr"] = self.opt.param_groups[0]["lr"]
-        seen["RNG key"] = eg.random.get_state().numpy()
-        return seen
+        """The harness's snapshot (parameters, `.grad`, buffers, optimizer state, RNG key) and
+        the learning rate."""
+        world = World(self.step, modules=[self.net], optimizers=[self.opt])
+        return snapshot(world) | {"lr": self.opt.param_groups[0]["lr"]}
 
     def captures(self) -> int:
         return self.fn.cache_info().captures
-
-
-def compare(got: dict, want: dict, where: str) -> None:
-    """Assert the compiled world's `got` equals the eager world's `want`, naming the first
-    quantity that differs."""
-    assert got.keys() == want.keys(), \
-        f"{where}: compiled has {sorted(got.keys() ^ want.keys())} differently from eager"
-    for k, e in want.items():
-        a = got[k]
-        if e is None or a is None:
-            assert a is None and e is None, (
-                f"{where}: {k} is {'None' if a is None else 'set'} compiled but "
-                f"{'None' if e is None else 'set'} eagerly")
-            continue
-        if not isinstance(e, np.ndarray):
-            assert a == e, f"{where}: {k} is {a!r} compiled but {e!r} eagerly"
-            continue
-        assert a.shape == e.shape and a.dtype == e.dtype, \
-            f"{where}: {k} is {a.shape} {a.dtype} compiled but {e.shape} {e.dtype} eagerly"
-        if k == "RNG key" or e.dtype.kind not in "fc":
-            np.testing.assert_array_equal(a, e, err_msg=f"{where}: {k}")
-        else:
-            np.testing.assert_allclose(a, e, rtol=RTOL, atol=ATOL, err_msg=f"{where}: {k}")
 
 
 def counted(f):
@@ -276,7 +244,7 @@ class PartialMachine(RuleBasedStateMachine):
         # the objects of this example (0.1 s -> 0.1 ms each); `_run` unfreezes at the end.
         gc.collect()
         gc.freeze()
-        self.worlds = [World(self.MODE, False, optimizer), World(self.MODE, True, optimizer)]
+        self.worlds = [Trainer(self.MODE, False, optimizer), Trainer(self.MODE, True, optimizer)]
         for w in self.worlds:
             w.net.train(not eval_mode)
             w.tmp = None if tmp is None else _tmp_module(tmp)
@@ -322,7 +290,7 @@ class PartialMachine(RuleBasedStateMachine):
         got = compiled.step(*args)
         where = (f"after {'; '.join(self.log[-40:])}\ncall {self.calls} ({self.MODE}, batch "
                  f"{self.n}, c={self.c}, use_aux={self.use_aux})")
-        compare(got, want, where)
+        assert_states_close(got, want, RTOL, ATOL, where)
         # Training this model is chaotic (a 1e-7 change of the eager model's parameters grows
         # to 1e-2 in 120 SGD steps), so round-off would add up over an example: after each
         # comparison the compiled world takes the eager one's values (the same tensors,
@@ -361,7 +329,7 @@ class PartialMachine(RuleBasedStateMachine):
     @rule(c=st.sampled_from(FLOATS))
     @counted
     def set_float_argument(self, c):
-        # A Python float argument is traced as an input: no recapture (decisions.md 1).
+        # A Python float argument is traced as an input: no recapture.
         self.c = c
 
     @precondition(can_change)
@@ -369,7 +337,7 @@ class PartialMachine(RuleBasedStateMachine):
     @counted
     def set_use_aux(self, v):
         # In the xla_trace step a bool argument (static); in the partial world the eager loss
-        # then ignores the region's second output (decisions.md 2).
+        # then ignores the region's second output.
         self.mutate(lambda w: None, v != self.use_aux)
         self.use_aux = v
 
@@ -396,7 +364,7 @@ class PartialMachine(RuleBasedStateMachine):
                 if not make_new_first:
                     w.net.scale = None
                 w.net.scale = np.float32(v)
-        # An equal np.float32 is an equal plain value: no recapture (decisions.md 1).
+        # An equal np.float32 is an equal plain value: no recapture.
         self.mutate(f, float(self.worlds[0].net.scale) != values[-1])
 
     @rule()
@@ -431,7 +399,7 @@ class PartialMachine(RuleBasedStateMachine):
                 if not make_new_first:
                     w.net.act = None
                 w.net.act = _activation(kind)
-        self.mutate(f)  # a new callable recaptures (decisions.md 1)
+        self.mutate(f)  # a new callable recaptures: callables are guarded by identity
 
     @precondition(can_change)
     @rule(training=st.booleans())
@@ -517,9 +485,11 @@ class XlaMachine(PartialMachine):
     MODE = "xla"
 
 
-def _settings(examples: int, steps: int) -> settings:
-    return settings(max_examples=examples, stateful_step_count=steps, deadline=None,
-                    derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+def _settings(count: int, steps: int) -> settings:
+    # No database: whether a stale entry shows depends on the memory layout of the process, so a
+    # stored failure need not replay (the failure message lists the rules run instead).
+    return settings(examples(count), stateful_step_count=steps, database=None,
+                    suppress_health_check=list(HealthCheck))
 
 
 # Examples, and steps per example, of each machine. An example runs at most CAPTURES + 1

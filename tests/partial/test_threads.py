@@ -23,15 +23,12 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
+from tests.helpers import randn_array, training_step
 
 from .differential import assert_all_close
 
 # Generous: a wait covers at most a few compilations. Only a deadlock comes near it.
 TIMEOUT = 60.0
-
-
-def _np(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def _labels(n, classes, seed=0):
@@ -116,7 +113,7 @@ def _eager_work() -> tuple[dict, tuple]:
     """A small eager training step on tensors of its own: creation, arithmetic, an in-place
     update, a GradManager, an optimizer and value reads. Returns its results and tensors."""
     w = eg.Parameter(np.array([[0.5, -1.0], [2.0, 0.25], [1.0, 1.5]], np.float32))
-    data = eg.tensor(_np(4, 3, seed=5))
+    data = eg.tensor(randn_array(4, 3, seed=5))
     counter = eg.zeros(2)
     gm = GradManager().attach([w])
     opt = optim.SGD([w], lr=0.1, momentum=0.9)
@@ -133,7 +130,7 @@ def _eager_work() -> tuple[dict, tuple]:
 
 def test_eager_code_in_another_thread_runs_normally_while_a_region_is_captured():
     net = M.Linear(3, 2)
-    x = eg.tensor(_np(4, 3))
+    x = eg.tensor(randn_array(4, 3))
     want_a = (net(x) * 2).numpy()
     want_b, _ = _eager_work()  # the same work, alone
     inside, resume = threading.Event(), threading.Event()
@@ -215,8 +212,8 @@ def _quadratic(x_np, w_np):
 
 def test_grad_managers_recording_in_several_threads_at_once_each_get_their_gradients():
     n, rounds = 4, 3
-    xs = [_np(5, 3, seed=k) for k in range(n)]
-    w0 = [_np(3, 2, seed=10 + k) for k in range(n)]
+    xs = [randn_array(5, 3, seed=k) for k in range(n)]
+    w0 = [randn_array(3, 2, seed=10 + k) for k in range(n)]
     ws = [eg.Parameter(w) for w in w0]
     barrier = threading.Barrier(n, timeout=TIMEOUT)
 
@@ -264,8 +261,8 @@ def test_grad_managers_start_recording_in_other_threads_while_one_thread_capture
     # recording nor, when it ends, undo it (which left the count negative and every later
     # gm.backward in the process silently without gradients).
     n = 4
-    xs = [_np(5, 3, seed=k) for k in range(n)]
-    w0 = [_np(3, 2, seed=20 + k) for k in range(n)]
+    xs = [randn_array(5, 3, seed=k) for k in range(n)]
+    w0 = [randn_array(3, 2, seed=20 + k) for k in range(n)]
     ws = [eg.Parameter(w) for w in w0]
     in_capture, all_recording, capture_done = (threading.Event() for _ in range(3))
     recording = threading.Barrier(n - 1, timeout=TIMEOUT, action=all_recording.set)
@@ -308,15 +305,12 @@ def test_grad_managers_start_recording_in_other_threads_while_one_thread_capture
 # ----- several threads calling one compiled function -------------------------------------------
 def _train_step(net, opt, x, y):
     gm = GradManager().attach(net.parameters())
-    with gm:
-        loss = F.cross_entropy(net(x), y)
-        gm.backward(loss)
-    opt.step().clear_grad()
-    return loss
+    return training_step(gm, opt, lambda: F.cross_entropy(net(x), y))
 
 
 def _batches(k: int, steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    return [(_np(8, 6, seed=100 * k + i), _labels(8, 3, seed=100 * k + i)) for i in range(steps)]
+    return [(randn_array(8, 6, seed=100 * k + i), _labels(8, 3, seed=100 * k + i))
+            for i in range(steps)]
 
 
 def _train_alone(k: int, steps: int, step_fn: Callable) -> tuple[list, dict]:
@@ -365,7 +359,7 @@ def test_threads_training_one_shared_model_with_one_xla_trace_step_match_serial_
     # Every call is the same map of the model's state (same batch), so serialised calls in any
     # order give the serial result; a lost or torn update would not.
     n, calls = 4, 3
-    x, y = _np(8, 6, seed=1), _labels(8, 3, seed=1)
+    x, y = randn_array(8, 6, seed=1), _labels(8, 3, seed=1)
     step, net, opt = _shared_step_world(compiled=False)
     want_losses = [step(eg.tensor(x), eg.tensor(y)).numpy() for _ in range(n * calls)]
     want = _state(net, opt)
@@ -440,7 +434,7 @@ def test_threads_sharing_a_region_and_its_model_under_their_own_grad_managers_ma
     # any order end where the same number of serial calls do, and each thread's gradients are
     # what it gets alone.
     n, calls = 4, 3
-    x_np, target = _np(8, 6, seed=3), _np(8, 2, seed=4)
+    x_np, target = randn_array(8, 6, seed=3), randn_array(8, 2, seed=4)
 
     def world(compiled):
         body = _mlp(11)[:3]

@@ -12,13 +12,19 @@ import eager.module as M
 import eager.optimizer as optim
 from benchmarks.workloads import NUM_CLASSES, build_model
 from eager.autodiff import GradManager
-from partial import NotDifferentiableError, TraceError, ValueReadError, partial_trace, xla_trace
+from partial import (
+    NotDifferentiableError,
+    TraceError,
+    UnsupportedInRegionError,
+    ValueReadError,
+    partial_trace,
+    xla_trace,
+)
+from tests.helpers import randn, training_step
 
 from .differential import World, check_against_eager, snapshot
 
-
-def _x(*shape, seed=0):
-    return eg.tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+HERE = "test_xla_trace.py"
 
 
 def _labels(n, classes, seed=0):
@@ -40,16 +46,12 @@ def test_mlp_with_sgd_variants_and_a_learning_rate_change(sgd):
         @wrap
         def step(x, y):
             gm = GradManager().attach(net.parameters())
-            with gm:
-                loss = F.cross_entropy(net(x), y)
-                gm.backward(loss)
-            opt.step().clear_grad()
-            return loss
+            return training_step(gm, opt, lambda: F.cross_entropy(net(x), y))
 
         def run(i):
             if i == 2:
                 opt.param_groups[0]["lr"] = 0.02
-            return step(_x(6, 8, seed=i), _labels(6, 4, seed=i))
+            return step(randn(6, 8, seed=i), _labels(6, 4, seed=i))
 
         return World(run, modules=[net], optimizers=[opt], traced=[step])
 
@@ -78,11 +80,7 @@ def test_workload_steps_with_adam_and_adamw(name, optimizer):
 
         @wrap
         def step(x, y):
-            with gm:
-                loss = F.cross_entropy(model(x), y)
-                gm.backward(loss)
-            opt.step().clear_grad()
-            return loss
+            return training_step(gm, opt, lambda: F.cross_entropy(model(x), y))
 
         def run(i):
             if i == 2:
@@ -111,7 +109,7 @@ def test_gradient_manager_callbacks_scale_and_clip_like_eager():
             opt.step().clear_grad()
             return loss, grads
 
-        return World(lambda i: step(_x(4, 5, seed=i)), modules=[net], optimizers=[opt])
+        return World(lambda i: step(randn(4, 5, seed=i)), modules=[net], optimizers=[opt])
 
     check_against_eager(build, steps=3, compile=_xla)
 
@@ -132,7 +130,7 @@ def test_dropout_in_the_step_is_bit_identical_and_differs_between_steps():
             opt.step().clear_grad()
             return h
 
-        return World(lambda i: step(_x(3, 6)), modules=[net], optimizers=[opt])
+        return World(lambda i: step(randn(3, 6)), modules=[net], optimizers=[opt])
 
     check_against_eager(build, steps=3, rtol=0, atol=0, compile=_xla)
     eg.random.seed(1)
@@ -157,7 +155,7 @@ def test_grads_left_set_and_arguments_updated_in_place_are_written_back():
         count = eg.zeros(())
 
         def run(i):
-            return step(_x(3, seed=i), count)
+            return step(randn(3, seed=i), count)
 
         return World(run, tensors={"w": w, "count": count})
 
@@ -199,7 +197,7 @@ def test_the_seed_guides_train_func_with_the_manager_inside():
         train_func = wrap(train_func)
 
         def run(i):
-            return train_func(_x(5, 1, 6, 6, seed=i), _labels(5, 3, seed=i), opt=optimizer,
+            return train_func(randn(5, 1, 6, 6, seed=i), _labels(5, 3, seed=i), opt=optimizer,
                               net=model)
 
         return World(run, modules=[model], optimizers=[optimizer], traced=[train_func])
@@ -217,13 +215,9 @@ def test_a_partial_trace_backbone_inside_a_step_is_part_of_it():
 
         @wrap
         def step(x):
-            with gm:
-                loss = (head(backbone(x)) ** 2).mean()
-                gm.backward(loss)
-            opt.step().clear_grad()
-            return loss
+            return training_step(gm, opt, lambda: (head(backbone(x)) ** 2).mean())
 
-        return World(lambda i: step(_x(3, 4, seed=i)), modules=[net, head], optimizers=[opt])
+        return World(lambda i: step(randn(3, 4, seed=i)), modules=[net, head], optimizers=[opt])
 
     check_against_eager(build, steps=3, compile=_xla)
 
@@ -236,11 +230,7 @@ def _sgd_world(donate=True):
 
     @xla_trace(donate=donate)
     def step(x):
-        with gm:
-            loss = (net(x) ** 2).mean()
-            gm.backward(loss)
-        opt.step().clear_grad()
-        return loss
+        return training_step(gm, opt, lambda: (net(x) ** 2).mean())
 
     return net, opt, step
 
@@ -250,7 +240,7 @@ def test_parameters_and_optimizer_state_are_donated_without_copies():
     state = net.parameters() + [t for s in opt.state.values() for t in s.values()]
     for i in range(4):
         ids = [id(eg.read(t)) for t in state]  # holding the arrays would make them shared
-        step(_x(3, 4, seed=i))
+        step(randn(3, 4, seed=i))
         assert all(id(eg.read(t)) not in ids for t in state)  # new buffers everywhere
     entry = step._cache.most_recent()
     # parameters and momentum buffers (the RNG key is not read) donated, none copied
@@ -259,11 +249,11 @@ def test_parameters_and_optimizer_state_are_donated_without_copies():
 
 def test_buffers_still_referenced_elsewhere_are_copied_not_destroyed():
     net, opt, step = _sgd_world()
-    step(_x(3, 4))
+    step(randn(3, 4))
     kept = net[0].weight.detach()  # shares the parameter's buffer
     raw = eg.read(net[2].bias)  # a raw array the user holds
     before = kept.numpy(), np.asarray(raw).copy()
-    step(_x(3, 4, seed=1))
+    step(randn(3, 4, seed=1))
     np.testing.assert_array_equal(kept.numpy(), before[0])
     np.testing.assert_array_equal(np.asarray(raw), before[1])
     assert not np.array_equal(net[0].weight.numpy(), before[0])
@@ -272,9 +262,9 @@ def test_buffers_still_referenced_elsewhere_are_copied_not_destroyed():
 
 def test_without_donation_nothing_is_consumed():
     net, opt, step = _sgd_world(donate=False)
-    step(_x(3, 4))
+    step(randn(3, 4))
     old = [eg.read(p) for p in net.parameters()]
-    step(_x(3, 4, seed=1))
+    step(randn(3, 4, seed=1))
     assert not any(a.is_deleted() for a in old)
     assert step._cache.most_recent().donated == ()
 
@@ -282,18 +272,18 @@ def test_without_donation_nothing_is_consumed():
 def test_a_wrong_batch_after_a_good_step_raises_and_loses_nothing():
     eg.random.seed(0)
     net, opt, step = _sgd_world()
-    step(_x(3, 4))
+    step(randn(3, 4))
     world = World(step=None, modules=[net], optimizers=[opt])
     before = snapshot(world)
     with pytest.raises(TypeError):
-        step(_x(3, 5))  # the first Linear expects 4 features
+        step(randn(3, 5))  # the first Linear expects 4 features
     after = snapshot(world)
     for k in before:
         if before[k] is None:
             assert after[k] is None
         else:
             np.testing.assert_array_equal(after[k], before[k], err_msg=k)
-    step(_x(3, 4, seed=2))  # the next valid step works
+    step(randn(3, 4, seed=2))  # the next valid step works
     assert all(np.isfinite(p.numpy()).all() for p in net.parameters())
     gc.collect()
 
@@ -325,7 +315,7 @@ def test_shapes_a_b_a_and_the_learning_rate_do_not_recompile_needlessly():
     net, opt, step = _sgd_world()
     for i, batch in enumerate((3, 5, 3, 5, 3)):
         opt.param_groups[0]["lr"] = 0.1 / (i + 1)
-        step(_x(batch, 4, seed=i))
+        step(randn(batch, 4, seed=i))
     info = step.cache_info()
     assert (info.captures, info.hits) == (2, 3)
 
@@ -334,9 +324,9 @@ def test_calling_a_step_under_a_recording_manager_with_attached_inputs_raises():
     net, opt, step = _sgd_world()
     outer = GradManager().attach(net.parameters())
     with outer, pytest.raises(NotDifferentiableError, match="partial_trace"):
-        step(_x(3, 4))
-    step(_x(3, 4))  # works outside
-    x = eg.Parameter(_x(3, 4).numpy())
+        step(randn(3, 4))
+    step(randn(3, 4))  # works outside
+    x = eg.Parameter(randn(3, 4).numpy())
     with GradManager().attach([x]), pytest.raises(TraceError):
         step(x)
 
@@ -351,21 +341,111 @@ def test_freezing_a_layer_between_steps_is_seen_by_a_compiled_step(compiled):
     gm = GradManager().attach(net.parameters())
 
     def step(x):
-        with gm:
-            loss = (net(x) ** 2).mean()
-            gm.backward(loss)
-        opt.step().clear_grad()
-        return loss
+        return training_step(gm, opt, lambda: (net(x) ** 2).mean())
 
     run = _xla(step) if compiled else step
-    run(_x(5, 3))
+    run(randn(5, 3))
     net[0].requires_grad_(False)
     frozen = [p.numpy().copy() for p in net[0].parameters()]
     moving = net[2].weight.numpy().copy()
-    run(_x(5, 3, seed=1))
-    run(_x(5, 3, seed=2))
+    run(randn(5, 3, seed=1))
+    run(randn(5, 3, seed=2))
     for p, before in zip(net[0].parameters(), frozen):
         np.testing.assert_array_equal(p.numpy(), before)
     assert not np.allclose(net[2].weight.numpy(), moving)
     if compiled:
         assert run.cache_info().captures == 2
+
+
+# ----- what the step must watch: late attachments, hyper-parameters -------------------------------
+def test_parameters_attached_after_the_first_call_are_trained():
+    def build(wrap):
+        a, b = M.Linear(4, 3), M.Linear(4, 3)
+        net = M.Sequential(a, b)
+        opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        gm = GradManager().attach(a.parameters())
+
+        @wrap
+        def step(x):
+            opt.clear_grad()  # first: the last step's .grad stays for the snapshot to compare
+            with gm:
+                loss = ((a(x) + b(x)) ** 2).mean()
+                gm.backward(loss)
+            opt.step()
+            return loss
+
+        def run(i):
+            if i == 1:
+                gm.attach(b.parameters())  # from now on b gets gradients and is updated
+            loss = step(randn(5, 4, seed=i))
+            return [p.grad is None for p in net.parameters()], loss
+
+        return World(run, modules=[net], optimizers=[opt], traced=[step])
+
+    world = check_against_eager(build, steps=3, compile=_xla)
+    assert world.traced[0].cache_info().captures == 2
+
+
+@pytest.mark.parametrize("line", ["sched.step()", 'opt.param_groups[0]["lr"] = 0.01'],
+                         ids=["sched.step", "lr-write"])
+def test_a_hyper_parameter_write_inside_a_step_raises_and_changes_nothing(line):
+    eg.random.seed(0)
+    net = M.Sequential(M.Linear(4, 6), M.Dropout(0.5), M.Linear(6, 2))  # the step uses the RNG
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    sched = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    gm = GradManager().attach(net.parameters())
+
+    def train(x, write=True):
+        with gm:
+            loss = (net(x) ** 2).mean()
+            gm.backward(loss)
+        if not write:
+            pass
+        elif line == "sched.step()":
+            sched.step()
+        else:
+            opt.param_groups[0]["lr"] = 0.01
+        opt.step()
+        return loss
+
+    train(randn(3, 4), write=False)  # eagerly: momentum buffers and .grad exist before the call
+    world = World(lambda i: None, modules=[net], optimizers=[opt])
+    before, lr = snapshot(world), opt.param_groups[0]["lr"]
+    with pytest.raises(UnsupportedInRegionError) as info:
+        xla_trace(train)(randn(3, 4, seed=1))
+    assert isinstance(info.value, TraceError)
+    message = str(info.value)
+    assert HERE in message and line in message, message  # the user's line
+    assert "exclude_from_trace" in message, message
+    assert opt.param_groups[0]["lr"] == lr
+    after = snapshot(world)
+    assert after.keys() == before.keys()
+    for k, v in before.items():
+        if v is None:
+            assert after[k] is None, k
+        else:
+            np.testing.assert_array_equal(after[k], v, err_msg=k)
+
+
+def test_hyper_parameter_changes_outside_the_step_apply_without_recompiling():
+    def build(wrap):
+        net = M.Linear(4, 3)
+        opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        sched = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        gm = GradManager().attach(net.parameters())
+
+        @wrap
+        def step(x):
+            return training_step(gm, opt, lambda: (net(x) ** 2).mean())
+
+        def run(i):
+            if i == 3:
+                opt.param_groups[0]["lr"] = 0.3
+            loss = step(randn(5, 4, seed=i))
+            sched.step()
+            return loss
+
+        return World(run, modules=[net], optimizers=[opt], traced=[step])
+
+    world = check_against_eager(build, steps=5, compile=_xla)
+    assert world.traced[0].cache_info().captures == 1

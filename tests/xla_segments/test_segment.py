@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from tests.helpers import examples
 from xla_segments import CompileOptions, PerRank, Segment
 
 
@@ -94,7 +95,7 @@ _option_names = st.sampled_from(["xla_a", "xla_b", "xla_c", "xla_d"])
 _option_values = st.one_of(st.booleans(), st.integers(-5, 5), st.text("xyz", max_size=3))
 
 
-@settings(max_examples=50, deadline=None)
+@settings(examples(50), derandomize=False)  # cheap (no compiling): a new draw every run
 @given(st.dictionaries(_option_names, _option_values), st.lists(st.integers(0, 5)),
        st.randoms(use_true_random=False))
 def test_options_are_values_whatever_the_order_they_are_written_in(options, donate, random):
