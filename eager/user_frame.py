@@ -39,12 +39,28 @@ def _dirs(packages: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(os.path.dirname(f) + os.sep for f in files if f)
 
 
+_skip: tuple[str, ...] = ()
+
+
+def _skipped() -> tuple[str, ...]:
+    """The prefixes of files that are not the user's; kept once every package is imported (the
+    lazy engine asks at each break of each call)."""
+    global _skip
+    if _skip:
+        return _skip
+    dirs = _dirs(PROJECT + _PLUMBING)
+    skip = (*dirs, *_STDLIB)
+    if len(dirs) == len(PROJECT + _PLUMBING):
+        _skip = skip
+    return skip
+
+
 def find_user_frame(depth: int = 1,
                     passing: Callable[[FrameType], None] | None = None) -> FrameType | None:
     """The innermost frame in user code, starting `depth` frames above the caller (None when
     there is none); `passing`, when given, sees each skipped frame on the way out."""
     frame: FrameType | None = sys._getframe(depth)
-    skip = (*_dirs(PROJECT + _PLUMBING), *_STDLIB)
+    skip = _skipped()
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         if passing is not None:
             passing(frame)
