@@ -1,0 +1,57 @@
+"""What the image datasets share: `VisionDataset` (a root and the `order` of an item's fields),
+where a dataset's files go by default, and the error for files that are not there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ...errors import DatasetNotFoundError
+from ..base import Dataset
+
+PathLike = str | os.PathLike[str]
+
+
+def default_root(name: str) -> str:
+    """Where dataset `name` (a class name: "MNIST", "CIFAR10") looks when given no root:
+    `$XDG_CACHE_HOME/eager/data/<name>`, `~/.cache/eager/data/<name>` when that is unset
+    (MegEngine's rule, which uses `.../megengine/<name>`)."""
+    cache = os.getenv("XDG_CACHE_HOME") or "~/.cache"
+    return os.path.expanduser(os.path.join(cache, "eager", "data", name))
+
+
+def not_found(dataset: str, files: Sequence[str], root: str, source: str) -> DatasetNotFoundError:
+    """The error for `dataset`'s `files` missing from `root`; `source` says where to get
+    them."""
+    where = root if os.path.isdir(root) else f"{root} (the directory does not exist)"
+    return DatasetNotFoundError(
+        f"{dataset}: {', '.join(files)} not found in {where}. Datasets are never downloaded "
+        f"here (download=True changes nothing): download {source}, put the files, as they are, "
+        f"in {root}, or pass root= the directory that holds them")
+
+
+class VisionDataset(Dataset):
+    """Base of the image datasets: `root`, the directory they read (`~` expanded), and `order`,
+    the names of an item's fields ("image", "image_category", ...), which a subclass checks
+    against the ones it can give (`supported_order`)."""
+
+    def __init__(self, root: PathLike | None, *, order: Sequence[str] | None = None,
+                 supported_order: Sequence[str] | None = None) -> None:
+        self.root: Any = os.path.expanduser(os.fspath(root)) if root is not None else None
+        if order is None:
+            order = ("image",)
+        if not isinstance(order, Sequence):
+            raise ValueError(f"order should be a sequence of field names, but got order={order}")
+        if supported_order is not None:
+            for key in order:
+                if key not in supported_order:
+                    raise NotImplementedError(f"{key} is unsupported data type; "
+                                              f"{type(self).__name__} gives {supported_order}")
+        self.order = order
+
+    def __getitem__(self, index: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} defines no __getitem__")
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} defines no __len__")
