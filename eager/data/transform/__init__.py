@@ -1,0 +1,48 @@
+"""MegEngine's `megengine.data.transform`: per-sample transforms of images and their labels.
+
+A vision transform takes a bare (H, W, C) image or a tuple such as (image, boxes, mask) whose
+elements its `order` names. Random draws come from `eager.data.sample_rng.rng()`: inside a
+`DataLoader` a generator of the sample's own (so augmentations repeat from the loader's seed),
+outside one numpy's global generator, where `np.random.seed(s)` gives MegEngine's draws.
+
+>>> import numpy as np
+>>> import eager.data.transform as T
+>>> image = np.zeros((32, 48, 3), np.uint8)
+>>> boxes = np.array([[4, 4, 20, 12]], np.float32)
+>>> out, moved = T.Resize((16, 24), order=("image", "boxes")).apply((image, boxes))
+>>> out.shape, moved.tolist()
+((16, 24, 3), [[2.0, 2.0, 10.0, 6.0]])
+"""
+
+from .base import PseudoTransform, Transform, TransformError, UnsupportedError, VisionTransform
+from .color import (
+    BrightnessTransform,
+    ColorJitter,
+    ContrastTransform,
+    GaussianNoise,
+    HueTransform,
+    Lighting,
+    Normalize,
+    SaturationTransform,
+)
+from .compose import Compose, ToMode, TorchTransformCompose
+from .geometry import (
+    CenterCrop,
+    Pad,
+    RandomCrop,
+    RandomHorizontalFlip,
+    RandomResize,
+    RandomResizedCrop,
+    RandomVerticalFlip,
+    Resize,
+    ShortestEdgeResize,
+)
+
+__all__ = [
+    "BrightnessTransform", "CenterCrop", "ColorJitter", "Compose", "ContrastTransform",
+    "GaussianNoise", "HueTransform", "Lighting", "Normalize", "Pad", "PseudoTransform",
+    "RandomCrop", "RandomHorizontalFlip", "RandomResize", "RandomResizedCrop",
+    "RandomVerticalFlip", "Resize", "SaturationTransform", "ShortestEdgeResize",
+    "ToMode", "TorchTransformCompose", "Transform", "TransformError", "UnsupportedError",
+    "VisionTransform",
+]
