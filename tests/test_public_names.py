@@ -12,7 +12,8 @@ import pytest
 # the module (`from eager.tensor import Tensor`) while `eg.tensor(...)` is the constructor.
 MEGENGINE_SPELLINGS = {("eager", "tensor")}
 PACKAGES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.distributed",
-            "eager.ops", "partial", "xla_segments", "autograd_bridge"]
+            "eager.ops", "eager.data", "eager.data.dataset", "eager.data.transform", "partial",
+            "xla_segments", "autograd_bridge"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
