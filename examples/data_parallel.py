@@ -1,7 +1,10 @@
 """The digits demo trained data-parallel in MegEngine's per-rank style: 2 processes on CPU.
 
-`dist.launcher` starts one process per rank. Each rank loads the same data, takes its share of
-every global batch (rows `rank::world`) and builds the demo's model (`examples/demo.py`: a CNN
+`dist.launcher` starts one process per rank. Each rank reads the same dataset through a
+`DataLoader` whose `RandomSampler` is the distributed one, as in MegEngine: inside a process
+group it takes the group's `world_size` and `rank`, draws the same order on every rank (one
+seed) and gives each rank a disjoint shard, so together the ranks cover each global batch once.
+Each rank builds the demo's model (`examples/demo.py`: a CNN
 backbone under `partial_trace`, a dynamic eager head) with three changes:
 
 - its BatchNorm2d layers become `M.SyncBatchNorm`, whose statistics cover the whole global
@@ -29,7 +32,6 @@ import argparse
 import hashlib
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from tqdm import tqdm
 import eager as eg
 import eager.distributed as dist
 import eager.module as M
+from eager.data import ArrayDataset, DataLoader, RandomSampler
 
 
 def convert_sync_batchnorm(module: M.Module) -> M.Module:
@@ -80,23 +83,21 @@ def state_digest(state: dict[str, dict[str, Any]]) -> str:
     return h.hexdigest()
 
 
-def rank_batches(data: Data, batch_size: int, rng: np.random.Generator, rank: int,
-                 world: int) -> Iterator[tuple[eg.Tensor, eg.Tensor]]:
-    """This rank's rows (`rank::world`) of each shuffled global batch. Every rank draws the
-    same order from the same seed, so together the ranks cover each global batch once."""
-    order = rng.permutation(len(data.train_x))
-    for i in range(len(order) // batch_size):
-        idx = order[i * batch_size:(i + 1) * batch_size][rank::world]
-        yield eg.tensor(data.train_x[idx]), eg.tensor(data.train_y[idx])
+def rank_loader(data: Data, batch_size: int, seed: int) -> DataLoader:
+    """This rank's share of each shuffled global batch of `batch_size`: the sampler fills in
+    `world_size` and `rank` from the process group, so each rank's batches hold
+    `batch_size // world_size` samples of its own shard."""
+    train = ArrayDataset(data.train_x, data.train_y)
+    per_rank = batch_size // dist.get_world_size()
+    return DataLoader(train, RandomSampler(train, per_rank, drop_last=True, seed=seed),
+                      preload=True)
 
 
-def train_epoch(model: DataParallelModel, data: Data, batch_size: int,
-                rng: np.random.Generator, desc: str) -> tuple[float, list[float]]:
+def train_epoch(model: DataParallelModel, batches: DataLoader,
+                desc: str) -> tuple[float, list[float]]:
     """One epoch on this rank's shards; (mean local loss, seconds of each step)."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    steps = len(data.train_x) // batch_size
-    bar = tqdm(rank_batches(data, batch_size, rng, rank, world), total=steps, desc=desc,
-               unit="step", disable=rank != 0)
+    steps = len(batches)
+    bar = tqdm(batches, total=steps, desc=desc, unit="step", disable=dist.get_rank() != 0)
     total, times = 0.0, []
     for i, (x, y) in enumerate(bar, 1):
         start = time.perf_counter()
@@ -114,11 +115,11 @@ def train_rank(epochs: int, batch_size: int, seed: int, out: str) -> dict[str, A
     data = load_data(seed)
     eg.random.seed(seed + rank)  # different on purpose: bcast_list_ makes the ranks agree
     model = DataParallelModel()
-    rng = np.random.default_rng(seed)
+    batches = rank_loader(data, batch_size, seed)
     times: list[float] = []
     accuracy = None
     for epoch in range(1, epochs + 1):
-        loss, epoch_times = train_epoch(model, data, batch_size, rng, f"epoch {epoch}/{epochs}")
+        loss, epoch_times = train_epoch(model, batches, f"epoch {epoch}/{epochs}")
         times += epoch_times
         if rank == 0:
             accuracy = model.accuracy(data.test_x, data.test_y)

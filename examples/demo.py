@@ -33,6 +33,7 @@ import eager.module as M
 import eager.optimizer as optim
 from eager import amp
 from eager.autodiff import GradManager
+from eager.data import ArrayDataset, DataLoader, Infinite, RandomSampler
 from partial import partial_trace, xla_trace
 
 CLASSES = 10
@@ -131,12 +132,14 @@ class Model:
         return float((predicted == y).mean())
 
 
-def batches(data: Data, batch_size: int, rng: np.random.Generator):
-    """Shuffled full batches (the last partial batch is dropped: shapes stay fixed)."""
-    order = rng.permutation(len(data.train_x))
-    for i in range(len(order) // batch_size):
-        idx = order[i * batch_size:(i + 1) * batch_size]
-        yield eg.tensor(data.train_x[idx]), eg.tensor(data.train_y[idx])
+def loader(data: Data, batch_size: int, seed: int, forever: bool = False) -> DataLoader:
+    """The training images in shuffled batches, a new order each epoch, as MegEngine loads
+    them; `drop_last` keeps every batch full, so shapes stay fixed. `preload=True` makes the
+    next batch and copies it to the device while a step runs: batches arrive as Tensors.
+    `forever`: one epoch after another, without end."""
+    train = ArrayDataset(data.train_x, data.train_y)
+    sampler = RandomSampler(train, batch_size, drop_last=True, seed=seed)
+    return DataLoader(train, Infinite(sampler) if forever else sampler, preload=True)
 
 
 def train(data: Data, mode: str, epochs: int, batch_size: int, seed: int,
@@ -144,11 +147,11 @@ def train(data: Data, mode: str, epochs: int, batch_size: int, seed: int,
     """Train in `mode`, with a progress bar and the test accuracy after each epoch."""
     eg.random.seed(seed)
     model = Model(mode, low_precision=low_precision)
-    rng = np.random.default_rng(seed)
-    steps = len(data.train_x) // batch_size
+    batches = loader(data, batch_size, seed)
+    steps = len(batches)
     for epoch in range(1, epochs + 1):
-        bar = tqdm(batches(data, batch_size, rng), total=steps, desc=f"epoch {epoch}/{epochs}",
-                   unit="step", leave=True)
+        bar = tqdm(batches, total=steps, desc=f"epoch {epoch}/{epochs}", unit="step",
+                   leave=True)
         start, total = time.perf_counter(), 0.0
         for i, (x, y) in enumerate(bar, 1):
             total += model.step(x, y).item()
@@ -165,8 +168,7 @@ def steps_per_second(data: Data, mode: str, batch_size: int, seed: int,
     """(steps per second after warmup, seconds of the first step) of a fresh model in `mode`."""
     eg.random.seed(seed)
     model = Model(mode)
-    rng = np.random.default_rng(seed)
-    stream = (b for _ in iter(int, 1) for b in batches(data, batch_size, rng))
+    stream = iter(loader(data, batch_size, seed, forever=True))
     x, y = next(stream)
     start = time.perf_counter()
     model.step(x, y).item()

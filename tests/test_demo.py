@@ -29,7 +29,7 @@ def test_the_dynamic_head_trains_the_compiled_backbone_like_eager(data):
     for mode in ("eager", "partial"):
         demo.eg.random.seed(0)
         model = demo.Model(mode)
-        batches = demo.batches(data, 32, np.random.default_rng(0))
+        batches = demo.loader(data, 32, seed=0)
         losses[mode] = [model.step(x, y).item() for (x, y), _ in zip(batches, range(5))]
     np.testing.assert_allclose(losses["partial"], losses["eager"], rtol=1e-5)
 
