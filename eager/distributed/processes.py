@@ -70,7 +70,10 @@ class Launcher:
         ranks = range(self.rank_start, self.rank_start + self.n_gpus)
         ctx = multiprocessing.get_context("spawn")
         results = ctx.Queue()
-        procs = {r: ctx.Process(target=_worker, daemon=True, name=f"rank{r}", args=(
+        # Not daemonic: a rank may start processes of its own (a DataLoader's workers), which
+        # a daemonic process may not; `_stop` below and `_exit_with` in each rank already see
+        # to it that no rank outlives the launcher.
+        procs = {r: ctx.Process(target=_worker, daemon=False, name=f"rank{r}", args=(
             self, r, self.world_size, self.master_ip, port, r - self.rank_start, args, kwargs,
             results, os.getpid())) for r in ranks}
         forward = _Forward(list(procs.values()))

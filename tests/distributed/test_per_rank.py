@@ -121,3 +121,12 @@ def test_a_port_in_use_is_a_clear_error():
 def test_the_launcher_returns_values_in_rank_order():
     pids = workers.pid()
     assert len(pids) == WORLD and len(set(pids)) == WORLD
+
+
+def test_a_ranks_sampler_takes_the_group_and_a_disjoint_shard():
+    results = workers.rank_batches()
+    assert [res["sampler"] for res in results] == [(2, 0), (2, 1)]
+    shards = [[i for batch in res["batches"] for i in batch] for res in results]
+    assert [len(s) for s in shards] == [12, 12]  # 23 padded to 24 with the epoch's first index
+    assert sorted(set(shards[0]) | set(shards[1])) == list(range(23))
+    assert len(set(shards[0]) & set(shards[1])) <= 1

@@ -133,3 +133,16 @@ def train_global(cases: list) -> dict:
             references[(kind, optimizer)] = training.reference(kind, optimizer)
     return {"states": states,
             "references": {f"{k}-{o}": v for (k, o), v in references.items()}}
+
+
+@dist.launcher(n_gpus=2)
+def rank_batches() -> dict:
+    """What a rank's DataLoader yields when its sampler is given no world_size or rank (and no
+    seed): one epoch of the labels of 23 samples in batches of 3, made by a worker process."""
+    from eager.data import ArrayDataset, DataLoader, RandomSampler
+
+    data = ArrayDataset(np.arange(23, dtype=np.float32), np.arange(23))
+    sampler = RandomSampler(data, 3)
+    batches = [y.tolist() for _, y in DataLoader(data, sampler, num_workers=1)]
+    return {"rank": dist.get_rank(), "sampler": (sampler.world_size, sampler.rank),
+            "batches": batches}
