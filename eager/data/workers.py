@@ -45,7 +45,7 @@ class Exhausted:
 
 def _worker_loop(worker_id: int, make_job: Callable[[int], Job], tasks: Any, results: Any,
                  directory: str | None) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the loader's to handle
+    _reset_signal_handlers()
     parent = os.getppid()
     job = make_job(worker_id)
     while os.getppid() == parent:
@@ -63,6 +63,20 @@ def _worker_loop(worker_id: int, make_job: Callable[[int], Job], tasks: Any, res
         except Exception as e:  # noqa: BLE001 - every failure is sent back to the loader
             answer = ("error", _portable(e, worker_id))
         results.put(_packed((task_id, worker_id) + answer, worker_id))
+
+
+def _reset_signal_handlers() -> None:
+    """The training script's Python signal handlers (a SIGTERM handler that saves a checkpoint,
+    say) are not the worker's to run: the fork copied them, so each goes back to the system's
+    default. Ctrl-C, which a terminal sends to every process of the group, is ignored: the
+    loader's process handles it and stops the workers."""
+    for signum in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(signum)):
+                signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):  # signals that cannot be caught or that Python skips
+            continue
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _packed(message: tuple, worker_id: int) -> bytes:

@@ -172,3 +172,26 @@ def test_an_abandoned_iterator_stops_its_workers_when_collected(no_leftovers):
     it = iter(loader("none"))
     no_leftovers.update(next(it)[1].tolist())
     del it  # garbage collection (the fixture collects) stops them
+
+
+class HandlerOf(Dataset):
+    """Each sample: whether the worker's SIGTERM handler is the system's default."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int):
+        return signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_workers_do_not_run_the_scripts_signal_handlers(no_leftovers):
+    def save_checkpoint(signum, frame):  # what a training script installs
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, save_checkpoint)
+    try:
+        data = HandlerOf()
+        (defaults,) = DataLoader(data, SequentialSampler(data, 2), num_workers=1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert defaults.tolist() == [True, True]
