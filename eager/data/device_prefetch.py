@@ -10,7 +10,6 @@ batch's content does not depend on when the thread made it.
 
 from __future__ import annotations
 
-import collections.abc
 import queue
 import threading
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import jax
 import numpy as np
 
 from ..tensors import Tensor
+from .batch_tree import map_leaves
 
 _DONE = object()
 
@@ -27,28 +27,14 @@ _DONE = object()
 def to_device(batch: Any) -> Any:
     """`batch` with every numpy array replaced by a jax array being copied to the default
     device (lists, tuples, namedtuples and dicts are walked; other leaves stay)."""
-    if isinstance(batch, np.ndarray):
-        return jax.device_put(batch, _device())
-    if isinstance(batch, collections.abc.Mapping):
-        return {k: to_device(v) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(to_device(v) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return [to_device(v) for v in batch]
-    return batch
+    device = _device()
+    return map_leaves(batch, lambda a: jax.device_put(a, device),
+                      lambda leaf: isinstance(leaf, np.ndarray))
 
 
 def as_tensors(batch: Any) -> Any:
     """`batch` (from `to_device`) with its jax arrays wrapped as Tensors (no copy)."""
-    if isinstance(batch, jax.Array):
-        return Tensor(batch)
-    if isinstance(batch, collections.abc.Mapping):
-        return {k: as_tensors(v) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(as_tensors(v) for v in batch))
-    if isinstance(batch, list):
-        return [as_tensors(v) for v in batch]
-    return batch
+    return map_leaves(batch, Tensor, lambda leaf: isinstance(leaf, jax.Array))
 
 
 def _device() -> jax.Device | None:

@@ -12,7 +12,6 @@ Where there is no RAM file system, everything travels through the pipe.
 
 from __future__ import annotations
 
-import collections.abc
 import mmap
 import os
 import shutil
@@ -22,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .batch_tree import map_leaves
 
 SHARED_FROM_BYTES = 64 * 1024  # smaller arrays travel in the pipe: a file costs more
 _RAM_FS = "/dev/shm"
@@ -52,33 +53,28 @@ def share(batch: Any, directory: str | None) -> Any:
     """`batch` with its large arrays written to files in `directory` (in a worker)."""
     if directory is None:
         return batch
-    if isinstance(batch, np.ndarray):
-        if batch.nbytes < SHARED_FROM_BYTES or batch.dtype.kind == "O":
-            return batch
-        path = os.path.join(directory, uuid.uuid4().hex)
-        with open(path, "wb") as f:
-            np.ascontiguousarray(batch).tofile(f)
-        return SharedArray(path, batch.shape, batch.dtype.str)
-    return _map_containers(batch, lambda item: share(item, directory))
+    return map_leaves(batch, lambda array: _write(array, directory), _large_array)
 
 
 def receive(batch: Any) -> Any:
     """`batch` with every `SharedArray` mapped back to an array (in the loader)."""
-    if isinstance(batch, SharedArray):
-        with open(batch.path, "r+b") as f:
-            mapping = mmap.mmap(f.fileno(), 0)
-        os.unlink(batch.path)  # the mapping keeps the memory until the array dies
-        return np.frombuffer(mapping, dtype=np.dtype(batch.dtype)).reshape(batch.shape)
-    return _map_containers(batch, receive)
+    return map_leaves(batch, _map, lambda leaf: isinstance(leaf, SharedArray))
 
 
-def _map_containers(batch: Any, fn: Any) -> Any:
-    if isinstance(batch, dict):
-        return {k: fn(v) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(fn(v) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(fn(v) for v in batch)
-    if isinstance(batch, collections.abc.Mapping):
-        return {k: fn(v) for k, v in batch.items()}
-    return batch
+def _large_array(leaf: Any) -> bool:
+    return (isinstance(leaf, np.ndarray) and leaf.nbytes >= SHARED_FROM_BYTES
+            and leaf.dtype.kind != "O")
+
+
+def _write(array: np.ndarray, directory: str) -> SharedArray:
+    path = os.path.join(directory, uuid.uuid4().hex)
+    with open(path, "wb") as f:
+        np.ascontiguousarray(array).tofile(f)
+    return SharedArray(path, array.shape, array.dtype.str)
+
+
+def _map(shared: SharedArray) -> np.ndarray:
+    with open(shared.path, "r+b") as f:
+        mapping = mmap.mmap(f.fileno(), 0)
+    os.unlink(shared.path)  # the mapping keeps the memory until the array dies
+    return np.frombuffer(mapping, dtype=np.dtype(shared.dtype)).reshape(shared.shape)
