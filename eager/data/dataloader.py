@@ -56,6 +56,10 @@ class DataLoader:
                  preload: bool = False, parallel_stream: bool = False) -> None:
         if num_workers < 0:
             raise ValueError("num_workers should not be negative")
+        if num_workers and not workers.can_fork():
+            logger.warning("this platform cannot fork worker processes: loading in the "
+                           "loader's process (num_workers=0), as MegEngine does on Windows")
+            num_workers = 0
         if timeout < 0:
             raise ValueError("timeout should not be negative")
         self.dataset = dataset

@@ -39,6 +39,11 @@ _JOIN_S = 2.0  # how long a stopping worker gets before it is terminated
 Job = Callable[[Any], Any]
 
 
+def can_fork() -> bool:
+    """Whether this platform starts processes by fork (not Windows)."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 class Exhausted:
     """A worker's answer when its own stream (`parallel_stream`) has ended."""
 

@@ -189,3 +189,22 @@ def test_an_infinite_sampler_goes_on_across_iterators():
 def test_argument_errors(make, error, message):
     with pytest.raises(error, match=message):
         make(digits())
+
+
+def test_without_a_ram_file_system_batches_travel_through_the_pipe(monkeypatch):
+    from eager.data import shared_arrays
+
+    monkeypatch.setattr(shared_arrays, "_RAM_FS", "/nonexistent-ram-fs")
+    images = np.arange(8 * 64 * 64 * 3, dtype=np.float32).reshape(8, 64, 64, 3)  # 48 KiB each
+    data = ArrayDataset(images, np.arange(8))
+    batches = list(DataLoader(data, SequentialSampler(data, 4), num_workers=2))
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in batches]), images)
+
+
+def test_large_batches_come_back_through_shared_memory_unchanged():
+    images = np.random.default_rng(0).standard_normal((6, 3, 64, 64)).astype(np.float32)
+    data = ArrayDataset(images, np.arange(6))
+    batches = list(DataLoader(data, SequentialSampler(data, 3), num_workers=2))
+    assert batches[0][0].nbytes >= 64 * 1024  # over the threshold: written to shared memory
+    np.testing.assert_array_equal(np.concatenate([b[0] for b in batches]), images)
+    batches[0][0][0, 0, 0, 0] = 7.0  # writable, as MegEngine's batches are
