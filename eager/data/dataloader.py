@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import random as eager_random
 from . import workers
 from .collator import Collator
 from .dataset import Dataset, StreamDataset
@@ -235,8 +236,6 @@ def _seed_of(sampler: Any) -> int:
     seed = getattr(sampler, "seed", None)
     if seed is not None:
         return int(seed) % 2**63
-    from .. import random as eager_random
-
     key = np.asarray(eager_random.get_state().numpy(), dtype=np.uint64)
     return int(key[0] << np.uint64(31) ^ key[-1]) % 2**63
 

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..device import default as default_device
 from ..tensors import Tensor
 from .batch_tree import map_leaves
 
@@ -27,7 +28,7 @@ _DONE = object()
 def to_device(batch: Any) -> Any:
     """`batch` with every numpy array replaced by a jax array being copied to the default
     device (lists, tuples, namedtuples and dicts are walked; other leaves stay)."""
-    device = _device()
+    device = default_device()
     return map_leaves(batch, lambda a: jax.device_put(a, device),
                       lambda leaf: isinstance(leaf, np.ndarray))
 
@@ -35,12 +36,6 @@ def to_device(batch: Any) -> Any:
 def as_tensors(batch: Any) -> Any:
     """`batch` (from `to_device`) with its jax arrays wrapped as Tensors (no copy)."""
     return map_leaves(batch, Tensor, lambda leaf: isinstance(leaf, jax.Array))
-
-
-def _device() -> jax.Device | None:
-    from ..device import default
-
-    return default()
 
 
 class Prefetcher:

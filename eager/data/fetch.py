@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+import cv2
 import numpy as np
 
 from .sample_rng import drawing_from, sample_seed
@@ -89,8 +90,4 @@ class Job:
 def _limit_opencv_threads() -> None:
     """One OpenCV thread per worker: the workers are the parallelism, and OpenCV's thread pool
     inherited through fork can hang (OpenCV's own advice)."""
-    import sys
-
-    cv2 = sys.modules.get("cv2")
-    if cv2 is not None:
-        cv2.setNumThreads(1)
+    cv2.setNumThreads(1)
