@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 import eager
@@ -69,7 +70,7 @@ class SegmentFunction:
             if forward is None:
                 forward = self._forward = self.segment.forward().compiled
             return [wrap(o) for o in forward(*arrays)]
-        fwd, bwd, used, diff_outputs, reach, higher = plan
+        fwd, bwd, used, diff_outputs, reach, higher, layouts = plan
         self._last = (used, diff_outputs)
         outs, residuals = fwd(*arrays)
         results = [wrap(o) for o in outs]
@@ -79,7 +80,11 @@ class SegmentFunction:
             got = [k for k, c in enumerate(cotangents) if c is not None]
             if not got:
                 return [None] * len(used)
-            cts = tuple(_zeros(*avals[k]) if c is None else c for k, c in enumerate(cotangents))
+            if layouts is None:
+                cts = tuple(_zeros(*avals[k]) if c is None else c
+                            for k, c in enumerate(cotangents))
+            else:
+                cts = tuple(_laid_out(c, avals[k], layouts[k]) for k, c in enumerate(cotangents))
             grads = bwd(residuals, cts)
             if len(got) == len(cts):
                 return grads
@@ -120,7 +125,7 @@ class SegmentFunction:
             reach = [frozenset(k for k, i in enumerate(used) if i in self.deps[j])
                      for j in diff_outputs]
             plan = (fwd.compiled, bwd.compiled, used, diff_outputs, reach,
-                    self._as_op(diff_outputs))
+                    self._as_op(diff_outputs), _cotangent_layouts(bwd))
         self._plans[wrt] = plan
         return plan
 
@@ -138,3 +143,27 @@ class SegmentFunction:
             return tuple(outs[j] for j in diff_outputs)
 
         return eager.Op(f"{self.name}.differentiated", outputs, multi_output=True)
+
+
+def _cotangent_layouts(bwd: Any) -> tuple | None:
+    """The shardings the backward executable was compiled for its cotangents, when they span
+    several devices (None otherwise, and for a per-rank segment, whose arrays are local).
+
+    The backward is compiled ahead of time with each cotangent laid out as the forward's
+    output was; the gradient that eager code hands back may be laid out otherwise (a head
+    computed replicated on an output that XLA sharded), so it is moved there first."""
+    shardings = getattr(bwd.compiled, "input_shardings", None)
+    if shardings is None:
+        return None
+    layouts = tuple(shardings[0][1])
+    return layouts if any(len(s.device_set) > 1 for s in layouts) else None
+
+
+def _laid_out(c: Any, aval: tuple, sharding: Any) -> Any:
+    """Cotangent `c` (zeros if None) laid out by `sharding`."""
+    if c is None:
+        return _zeros(*aval, device=sharding)
+    if (isinstance(c, jax.core.Tracer) or c.sharding == sharding
+            or c.sharding.is_equivalent_to(sharding, c.ndim)):
+        return c
+    return jax.device_put(c, sharding)
