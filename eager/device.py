@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, TypeAlias
 
 import jax
+from jax.sharding import NamedSharding
 
 from .errors import DeviceError
 
@@ -67,6 +69,56 @@ def default() -> jax.Device | None:
 # an unreplicated module then still runs on a batch sharded over a mesh (jax moves uncommitted
 # arguments to where the others lie, but refuses committed ones on different devices), and
 # there the second step does not recompile anyway once parameters are replicated.
+# The layout each tensor's gradient is given as a GradManager writes it (`dist.shard_params`
+# with stage=2), by the tensor's id with a weak reference that is checked on every lookup and
+# removes the entry when the tensor dies (a WeakKeyDictionary would compare two Tensors with
+# `==`, which is elementwise).
+_GRAD_LAYOUTS: dict[int, tuple[weakref.ref, NamedSharding]] = {}
+
+
+def set_grad_layout(tensor: Any, sharding: NamedSharding | None) -> None:
+    """Lay out `tensor`'s gradients by `sharding` from now on (None: as they come)."""
+    key = id(tensor)
+    if sharding is None:
+        _GRAD_LAYOUTS.pop(key, None)
+        return
+
+    def died(ref: weakref.ref) -> None:
+        if (entry := _GRAD_LAYOUTS.get(key)) is not None and entry[0] is ref:
+            del _GRAD_LAYOUTS[key]
+
+    _GRAD_LAYOUTS[key] = (weakref.ref(tensor, died), sharding)
+
+
+def grad_layout(tensor: Any) -> NamedSharding | None:
+    """The layout `set_grad_layout` gave `tensor`'s gradients, or None."""
+    if not _GRAD_LAYOUTS:
+        return None
+    entry = _GRAD_LAYOUTS.get(id(tensor))
+    return entry[1] if entry is not None and entry[0]() is tensor else None
+
+
+_many_devices: bool | None = None  # whether this process sees several devices (set once)
+
+
+def keep_layout(old: Any, new: Any) -> Any:
+    """`new`, moved to `old`'s layout when `old` is laid out over a mesh (a `NamedSharding`)
+    and `new`, of the same shape, lies otherwise; else `new` as it is."""
+    global _many_devices
+    if _many_devices is None:  # with one device there is no other layout (and the check,
+        _many_devices = jax.device_count() > 1  # on every optimizer update, costs ~1 us)
+    if not _many_devices or new is old:
+        return new
+    want = getattr(old, "sharding", None)
+    if type(want) is not NamedSharding:
+        return new
+    got = getattr(new, "sharding", None)
+    if (got is None or got == want or new.shape != old.shape
+            or got.is_equivalent_to(want, new.ndim)):
+        return new
+    return jax.device_put(new, want)
+
+
 def commit(array: Any, like: Any = None) -> Any:
     """`array` committed where the array `like` lies when `like` is committed (a loaded value
     keeps the layout of the tensor it replaces), else, in a process with one device, on that

@@ -339,12 +339,20 @@ def read(t: Tensor) -> Any:
     return t._data if h is None else h.read(t)
 
 
-def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0) -> None:
+def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0, *,
+           relayout: bool = False) -> None:
     """Replace `t`'s storage with `value` (and its grad history with `node`): `x[i] = v`,
     optimizer updates, BatchNorm statistics, RNG state and loading all go through here.
-    A ragged tensor stays ragged: `value` is storage of the same shape."""
+    A ragged tensor stays ragged: `value` is storage of the same shape.
+
+    A tensor laid out over a mesh keeps its layout: a value of the same shape that lies
+    otherwise is moved there (an update computed from a sharded gradient leaves a replicated
+    parameter replicated). `relayout=True` takes `value`'s layout instead, as
+    `dist.replicate` and `dist.shard_params` do."""
     if (h := _current()) is not None:
         h.rebind(t, value)
+    elif not relayout:
+        value = _device.keep_layout(t._data, value)
     t._data, t._node, t._out_idx = value, node, out_idx
 
 

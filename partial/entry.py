@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
 
 import eager as eg
 from autograd_bridge import SegmentFunction
@@ -55,6 +56,33 @@ def refuse_outer_gradients(tensors: Sequence) -> None:
             "partial_trace, which joins the outer GradManager's tape.")
 
 
+def _pinned(program: Program, ref_writes: list, position: dict) -> Any:
+    """The program's function, with each result written back into a lifted tensor laid out
+    over a mesh constrained to that tensor's layout: XLA then inserts the gathers or
+    scatters inside the step, and the tensor keeps the layout it was given (an update from a
+    sharded gradient would otherwise come out sharded into a replicated parameter)."""
+    fn = program.function()
+    if program.per_rank is not None:
+        return fn
+    pins = []
+    for ref, r in ref_writes:
+        i = position.get(id(ref()))
+        sharding = None if i is None else program.in_avals[i].sharding
+        if isinstance(sharding, NamedSharding) and sharding.num_devices > 1:
+            pins.append((r, sharding))
+    if not pins:
+        return fn
+
+    def pinned(*args: Any) -> list:
+        outs = list(fn(*args))
+        for r, sharding in pins:
+            outs[r] = jax.lax.with_sharding_constraint(outs[r], sharding)
+        return outs
+
+    pinned.__name__ = getattr(fn, "__name__", "program")
+    return pinned
+
+
 class Entry:
     """A captured program compiled for one guard key, with the guards it was captured under."""
 
@@ -85,7 +113,8 @@ class Entry:
             position[id(dest())] for dest, _ in self.ref_writes
             if donate and dest() is not None and id(dest()) in position))
         self.copies = 0  # donated buffers that were shared and had to be copied first
-        self.segment = Segment(program.function(), program.in_avals, name=name,
+        self.segment = Segment(_pinned(program, self.ref_writes, position), program.in_avals,
+                               name=name,
                                options=segment_options(program.in_avals, donate=self.donated,
                                                        per_rank=program.per_rank, remat=remat))
         self.conv_rewrites = eg.conv_rewrites()

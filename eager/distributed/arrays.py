@@ -89,7 +89,8 @@ def replicate(obj: _T, mesh: Mesh | None = None) -> _T:
     """
     sharding = NamedSharding(_mesh(mesh), PartitionSpec())
     for t in _tensors_of(obj):
-        rebind(t, _place(read(t), sharding))
+        rebind(t, _place(read(t), sharding), relayout=True)
+        _device.set_grad_layout(t, None)  # gradients as they come (not split, as stage 2 has)
     return obj
 
 
