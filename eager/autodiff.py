@@ -25,8 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import context, higher_order, hooks, tape
+from .device import grad_layout as _grad_layout
 from .errors import AttachError, BackwardError
-from .tensors import Tensor, _wrap, read
+from .ops import OPS
+from .tensors import Tensor, _wrap, apply, read
 
 # Per thread: when each manager recording now began (a number that only grows). MegEngine nests
 # managers by that order: a manager's backward is recorded by the ones that began before it.
@@ -289,10 +291,12 @@ class GradManager:
             if found is None or found[0] is not t:
                 continue
             grad = found[1]
+            layout = _grad_layout(t)
             if isinstance(grad, Tensor):  # a recorded backward: keep the history
                 for cb in callbacks:
                     grad = cb(t, grad)
-                t.grad = grad if t.grad is None else t.grad + grad
+                grad = grad if t.grad is None else t.grad + grad
+                t.grad = grad if layout is None else _laid_out(grad, layout)
                 continue
             grad = _wrap(grad)
             if callbacks and not found[2]:  # not already applied by a compiled segment
@@ -303,7 +307,15 @@ class GradManager:
             if old is not None:
                 with no_grad():
                     grad = old + grad
+            if layout is not None:
+                with no_grad():
+                    grad = _laid_out(grad, layout)
             t.grad = grad
+
+
+def _laid_out(grad: Tensor, layout: Any) -> Tensor:
+    """`grad` laid out by `layout` (see `eager.device.set_grad_layout`)."""
+    return apply(OPS["gradient_layout"], grad, sharding=layout)
 
 
 class GradManagerGroup:

@@ -6,6 +6,7 @@ attributes, so a schedule changes them without recompiling; structural choices (
 decay, the norm's order) are attributes.
 """
 
+import jax
 import jax.numpy as jnp
 
 from .reduction import vector_norm
@@ -133,3 +134,7 @@ defop("lamb_update", differentiable=False, multi_output=True,
 # since a recorded backward reads the old gradients.
 defop("clip_grad_norm", multi_output=True)(_clip_grad_norm)
 defop("clip_grad_value", multi_output=True)(_foreach(_clip_value, 1))
+# A gradient laid out split over a mesh (ZeRO-2, `dist.shard_params(stage=2)`): eagerly a move;
+# inside a compiled step a constraint, so XLA keeps only each device's part of the summed
+# gradient. The identity for differentiation.
+defop("gradient_layout")(lambda grad, *, sharding: jax.lax.with_sharding_constraint(grad, sharding))

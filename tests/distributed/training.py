@@ -1,6 +1,7 @@
-"""The models and training steps the distributed tests compare: an MLP and a CNN with
-BatchNorm, trained by SGD with momentum or Adam, eagerly or under `partial_trace` /
-`xla_trace`. Importable by spawned workers (no test runner state)."""
+"""The models and training steps the distributed tests compare: an MLP, a CNN with BatchNorm
+and a small GPT (the benchmark workload's blocks), trained by SGD with momentum or Adam, eagerly
+or under `partial_trace` (the whole model, or the backbone with the head eager) / `xla_trace`.
+Importable by spawned workers (no test runner state)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,34 @@ import eager as eg
 import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
+from benchmarks.workloads import Block
 from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
 
 BATCH = 8
 STEPS = 3
+GPT = dict(vocab=16, d=32, heads=2, seq=8, hidden=64)
+
+
+class TinyGPT(M.Module):
+    """Token and position embeddings, one pre-LN block of the GPT workload, a final LayerNorm:
+    the features of every position, flattened to `[B*T, d]` for the head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        d = GPT["d"]
+        self.tok_emb = M.Embedding(GPT["vocab"], d)
+        self.pos_emb = eg.Parameter(eg.random.normal(0, 0.02, (GPT["seq"], d)))
+        self.block = Block(d, GPT["heads"], GPT["hidden"])
+        # No bias on q, k, v: the key's bias does not change the attention (it adds the same
+        # number to every score of a query), so its gradient is round-off, which Adam turns
+        # into steps of +-lr that differ between any two orders of summation.
+        self.block.attn.qkv = M.Linear(d, 3 * d, bias=False)
+        self.ln_f = M.LayerNorm(d)
+
+    def forward(self, x: Any) -> Any:
+        h = self.ln_f(self.block(self.tok_emb(x) + self.pos_emb))
+        return h.reshape(-1, GPT["d"])
 
 
 def build(kind: str, sync_bn: bool = False) -> M.Module:
@@ -27,6 +51,8 @@ def build(kind: str, sync_bn: bool = False) -> M.Module:
     bn = M.SyncBatchNorm if sync_bn else M.BatchNorm2d
     if kind == "mlp":
         return M.Sequential(M.Linear(12, 16), M.ReLU(), M.Linear(16, 4))
+    if kind == "gpt":
+        return M.Sequential(TinyGPT(), M.Linear(GPT["d"], GPT["vocab"]))
     # No bias before a BatchNorm: its gradient is round-off, which Adam turns into +-lr.
     return M.Sequential(M.Conv2d(1, 4, 3, padding=1, bias=False), bn(4), M.ReLU(),
                         M.Flatten(), M.Linear(4 * 6 * 6, 4))
@@ -34,6 +60,10 @@ def build(kind: str, sync_bn: bool = False) -> M.Module:
 
 def batches(kind: str) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(7)
+    if kind == "gpt":  # next-token prediction: labels are the tokens shifted by one
+        tokens = [rng.integers(0, GPT["vocab"], (BATCH, GPT["seq"] + 1)).astype(np.int32)
+                  for _ in range(STEPS)]
+        return [(t[:, :-1], t[:, 1:]) for t in tokens]
     shape = (BATCH, 12) if kind == "mlp" else (BATCH, 1, 6, 6)
     return [(rng.standard_normal(shape).astype(np.float32),
              rng.integers(0, 4, BATCH).astype(np.int32)) for _ in range(STEPS)]
@@ -42,10 +72,19 @@ def batches(kind: str) -> list[tuple[np.ndarray, np.ndarray]]:
 def make_step(net: M.Module, optimizer: str, mode: str,
               callbacks: list | None = None) -> tuple[Callable, optim.Optimizer]:
     params = list(net.parameters())
+    # Adam's eps 1e-6, not 1e-8: its first step moves a weight by lr * g / (|g| + eps), so
+    # where a gradient entry is near eps (the GPT's smallest is 3e-8) a round-off difference
+    # between two orders of summation (one device, four) becomes a visible step; replicated
+    # data parallelism shows it as much (2e-6 on the GPT with eps 1e-8).
     opt = (optim.SGD(params, lr=0.1, momentum=0.9) if optimizer == "sgd"
-           else optim.Adam(params, lr=1e-2))
+           else optim.Adam(params, lr=1e-2, eps=1e-6))
     gm = GradManager().attach(params, callbacks=callbacks)
-    if mode.startswith("partial_trace"):  # "+gmcallback": the all-reduce compiled too
+    if mode == "partial_trace+head":  # the backbone compiled, the head eager
+        backbone, head = partial_trace(net[:-1]), net[-1]
+
+        def body(x: Any) -> Any:
+            return head(backbone(x))
+    elif mode.startswith("partial_trace"):  # "+gmcallback": the all-reduce compiled too
         body = partial_trace(net, trace_gmcallback=mode.endswith("+gmcallback"))
     else:
         body = net
@@ -53,7 +92,7 @@ def make_step(net: M.Module, optimizer: str, mode: str,
     def step(x: Any, y: Any) -> Any:
         opt.clear_grad()
         with gm:
-            loss = F.cross_entropy(body(x), y)
+            loss = F.cross_entropy(body(x), y.reshape(-1))  # gpt: one label per token
             gm.backward(loss)
         opt.step()
         return loss

@@ -135,6 +135,37 @@ def train_global(cases: list) -> dict:
             "references": {f"{k}-{o}": v for (k, o), v in references.items()}}
 
 
+SHARDED_CASES = [(k, o, m, s) for k in ("mlp", "cnn", "gpt") for o in ("sgd", "adam")
+                 for m in ("eager", "partial_trace+head", "xla_trace") for s in (3, 1)]
+
+
+@dist.launcher(n_gpus=2)
+def train_sharded(cases: list) -> dict:
+    """`dist.shard_params` across 2 processes: parameters and optimizer state split over the
+    devices of both, each process passing its half of every batch; returns the final states
+    (gathered whole in every process), whether any array lay over both processes, and the
+    one-device references."""
+    from jax.experimental import multihost_utils
+
+    r, world = dist.get_rank(), dist.get_world_size()
+    half = training.BATCH // world
+    states, spread = {}, {}
+    for kind, optimizer, mode, stage in cases:
+        net = training.build(kind)
+        step, opt = training.make_step(net, optimizer, mode)
+        dist.shard_params([net, opt], stage=stage, min_size=16)
+        for x, y in training.batches(kind):
+            step(dist.shard_batch(x[r * half:(r + 1) * half]),
+                 dist.shard_batch(y[r * half:(r + 1) * half]))
+        arrays = dict(net.named_parameters()) | dict(net.named_buffers())
+        case = f"{kind}-{optimizer}-{mode}-{stage}"
+        spread[case] = any(not eg.read(t).is_fully_addressable for t in arrays.values())
+        states[case] = {k: np.asarray(multihost_utils.process_allgather(eg.read(t), tiled=True))
+                        for k, t in arrays.items()}
+    references = {f"{k}-{o}": training.reference(k, o) for k, o in {c[:2] for c in cases}}
+    return {"states": states, "spread": spread, "references": references}
+
+
 @dist.launcher(n_gpus=2)
 def rank_batches() -> dict:
     """What a rank's DataLoader yields when its sampler is given no world_size or rank (and no
