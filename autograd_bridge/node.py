@@ -124,8 +124,9 @@ class SegmentFunction:
             # per differentiated output, the positions in `used` of the inputs it depends on
             reach = [frozenset(k for k, i in enumerate(used) if i in self.deps[j])
                      for j in diff_outputs]
+            local = self.segment.options.per_rank is not None  # runs on each rank's arrays
             plan = (fwd.compiled, bwd.compiled, used, diff_outputs, reach,
-                    self._as_op(diff_outputs), _cotangent_layouts(bwd))
+                    self._as_op(diff_outputs), None if local else _cotangent_layouts(bwd))
         self._plans[wrt] = plan
         return plan
 
@@ -147,7 +148,7 @@ class SegmentFunction:
 
 def _cotangent_layouts(bwd: Any) -> tuple | None:
     """The shardings the backward executable was compiled for its cotangents, when they span
-    several devices (None otherwise, and for a per-rank segment, whose arrays are local).
+    several devices (None otherwise).
 
     The backward is compiled ahead of time with each cotangent laid out as the forward's
     output was; the gradient that eager code hands back may be laid out otherwise (a head
