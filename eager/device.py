@@ -99,6 +99,34 @@ def grad_layout(tensor: Any) -> NamedSharding | None:
 
 
 _many_devices: bool | None = None  # whether this process sees several devices (set once)
+_cpu_mesh: bool | None = None  # whether those are CPU devices (set once)
+
+
+def waits_for_spread_results() -> bool:
+    """Whether eager ops wait for results laid out over several devices: on several CPU
+    devices of one process only (Note [CPU collectives in flight])."""
+    global _cpu_mesh
+    if _cpu_mesh is None:
+        _cpu_mesh = jax.local_device_count() > 1 and jax.local_devices()[0].platform == "cpu"
+    return _cpu_mesh
+
+
+def settle(out: Any) -> None:
+    """Wait for the arrays of an op's result `out` that lie on several devices.
+
+    Note [CPU collectives in flight]: XLA:CPU runs each device's part of a program laid out
+    over several devices of one process as a task of one shared thread pool, and a collective
+    blocks its thread until every device's part arrives. With many such programs in flight
+    (eager code dispatches one per op without waiting), the pool's threads can all be held by
+    parts of different programs that wait for each other: measured on 2 cores with 4 virtual
+    devices, the GPT workload's eager step aborted in its second step ("Expected 4 threads to
+    join the rendezvous, but only 3 of them arrived", after 40 s), replicated or sharded alike,
+    and ran when every eager op waited for its result (0.14 s a step). Compiled regions are one
+    program per call and are not waited for; accelerators queue each device's work on its own
+    stream and are not affected."""
+    for o in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(o, jax.Array) and len(o.sharding.device_set) > 1:
+            o.block_until_ready()
 
 
 def keep_layout(old: Any, new: Any) -> Any:

@@ -460,6 +460,8 @@ def run_op(op: Op, key: tuple, inputs: Sequence) -> Any:
     out = fn(*arrays)
     if h is not None:
         return _apply_captured(h, op, key, inputs, arrays, out, mask)
+    if _device.waits_for_spread_results():
+        _device.settle(out)
     outs = tuple([_wrap(o) for o in out]) if op.multi_output else (_wrap(out),)
     if mask:
         _record(op, key, tuple(mask), inputs, arrays, outs)
