@@ -9,6 +9,8 @@ can observe; `tests/eager/op_check.py` checks eager values and gradients against
 
 from __future__ import annotations
 
+import fcntl
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -72,3 +74,23 @@ def examples(ci: int) -> settings:
     except InvalidArgument:  # imported outside pytest: tests/conftest.py registered nothing
         base = settings.default.max_examples
     return settings(max_examples=max(1, round(ci * settings.default.max_examples / base)))
+
+
+def computed_once(tmp_path_factory: Any, worker_id: str, name: str, compute: Callable[[], Any]
+                  ) -> Any:
+    """`compute()`, run by one pytest-xdist worker of the session and its result shared with the
+    others through a file: a module-scoped fixture runs again in every worker that is given one
+    of its tests, which for a launch of processes or a fresh process of virtual devices is
+    minutes of CPU each time. Outside xdist, `compute()` itself. (The pickle is this session's
+    own result, in this session's temporary folder.)"""
+    if worker_id == "master":
+        return compute()
+    root = tmp_path_factory.getbasetemp().parent  # the session's folder, shared by its workers
+    path = root / f"{name}.pickle"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the others wait here while one computes
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        value = compute()
+        path.write_bytes(pickle.dumps(value))
+        return value

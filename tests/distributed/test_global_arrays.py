@@ -17,6 +17,7 @@ import eager as eg
 import eager.distributed as dist
 from eager.errors import DistributedError
 
+from ..helpers import computed_once
 from . import training, workers
 
 # Long runs (stateful machines over thousands of steps, launches of several processes): the
@@ -29,7 +30,11 @@ CASES = [f"{k}-{o}-{m}" for k in ("mlp", "cnn") for o in ("sgd", "adam")
 
 
 @pytest.fixture(scope="module")
-def results() -> dict:
+def results(tmp_path_factory, worker_id) -> dict:
+    return computed_once(tmp_path_factory, worker_id, "global_check", _results)
+
+
+def _results() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     done = subprocess.run([sys.executable, "-m", "tests.distributed.global_check"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
@@ -68,9 +73,10 @@ def test_one_device_mesh_in_this_process():
 
 
 @pytest.fixture(scope="module")
-def across_processes() -> list:
+def across_processes(tmp_path_factory, worker_id) -> list:
     """Every case of the global-array style in one launch of 2 processes (one device each)."""
-    return workers.train_global(workers.TRAINING_CASES)
+    return computed_once(tmp_path_factory, worker_id, "train_global",
+                         lambda: workers.train_global(workers.TRAINING_CASES))
 
 
 @pytest.mark.parametrize("kind, optimizer, mode", workers.TRAINING_CASES)

@@ -14,6 +14,7 @@ import eager as eg
 import eager.distributed as dist
 from eager.errors import DistributedError, WorkerError
 
+from ..helpers import computed_once
 from . import workers
 
 # Long runs (stateful machines over thousands of steps, launches of several processes): the
@@ -64,9 +65,10 @@ def _expected(name: str, xs: list, w: list) -> tuple[list, list]:
 
 
 @pytest.fixture(scope="module")
-def trained() -> list:
+def trained(tmp_path_factory, worker_id) -> list:
     """Every training case in one launch (starting 2 processes costs seconds)."""
-    return workers.train(workers.TRAINING_CASES)
+    return computed_once(tmp_path_factory, worker_id, "train_per_rank",
+                         lambda: workers.train(workers.TRAINING_CASES))
 
 
 @pytest.mark.parametrize("kind, optimizer, mode", workers.TRAINING_CASES)

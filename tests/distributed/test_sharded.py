@@ -22,6 +22,7 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.errors import DistributedError
 
+from ..helpers import computed_once
 from . import sharded_check, training, workers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,11 @@ ACROSS = [("gpt", "adam", m, 3) for m in ("eager", "partial_trace+head", "xla_tr
 
 
 @pytest.fixture(scope="module")
-def results() -> dict:
+def results(tmp_path_factory, worker_id) -> dict:
+    return computed_once(tmp_path_factory, worker_id, "sharded_check", _results)
+
+
+def _results() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     done = subprocess.run([sys.executable, "-m", "tests.distributed.sharded_check"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=900)
@@ -55,8 +60,9 @@ def test_sharded_training_on_four_devices_equals_one_device(results, case):
 
 
 @pytest.fixture(scope="module")
-def across_processes() -> list:
-    return workers.train_sharded(ACROSS)
+def across_processes(tmp_path_factory, worker_id) -> list:
+    return computed_once(tmp_path_factory, worker_id, "train_sharded",
+                         lambda: workers.train_sharded(ACROSS))
 
 
 @pytest.mark.slow
