@@ -1,8 +1,9 @@
 """Run in a fresh process with 4 virtual CPU devices (jax must not have started): trains every
 model, optimizer and mode with parameters and optimizer state split over the devices by
-`dist.shard_params` (stage 3; stage 2: the state and the gradients; stage 1: the state only) and the batch split too, and prints,
-as JSON, each case's largest difference from eager single-device training on the whole batch
-and whether every tensor kept the layout it was given."""
+`dist.shard_params` (stage 3; stage 2: the state and the gradients; stage 1: the state only)
+and the batch split too, and prints, as JSON, each case's largest difference from eager
+single-device training on the whole batch and whether every tensor kept the layout it was
+given."""
 
 from __future__ import annotations
 
