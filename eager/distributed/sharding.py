@@ -62,8 +62,18 @@ def shard_params(obj: _T, mesh: Mesh | None = None, *, stage: int = 3, axis: str
     name = m.axis_names[0] if axis is None else axis
     if name not in m.axis_names:
         raise DistributedError(f"shard_params: mesh axes are {m.axis_names}, not {name!r}")
-    rule = _Rule(m, name, min_size, specs)
-    modules, optimizers = _split(obj)
+    layout, grads = _layouts(*_split(obj), _Rule(m, name, min_size, specs), stage)
+    for t, sharding in layout.items():
+        rebind(t, _placed(read(t), sharding), relayout=True)
+    for p, grad_sharding in grads.items():
+        set_grad_layout(p, grad_sharding)
+    return obj
+
+
+def _layouts(modules: list[Module], optimizers: list[Optimizer], rule: _Rule, stage: int
+             ) -> tuple[dict[Tensor, NamedSharding], dict[Tensor, NamedSharding | None]]:
+    """The layout of every tensor to place, and of every parameter's gradients (None: as they
+    come), for ZeRO stage `stage`."""
     names: dict[Tensor, str] = {p: n for net in modules for n, p in net.named_parameters()}
     layout: dict[Tensor, NamedSharding] = {}
     grads: dict[Tensor, NamedSharding | None] = {}
@@ -78,14 +88,8 @@ def shard_params(obj: _T, mesh: Mesh | None = None, *, stage: int = 3, axis: str
             for t in slots.values():
                 layout[t] = split if t.shape == p.shape else rule.replicated
     for net in modules:
-        for b in net.buffers():
-            if b is not None:
-                layout[b] = rule.replicated
-    for t, sharding in layout.items():
-        rebind(t, _placed(read(t), sharding), relayout=True)
-    for p, sharding in grads.items():
-        set_grad_layout(p, sharding)
-    return obj
+        layout |= {b: rule.replicated for b in net.buffers() if b is not None}
+    return layout, grads
 
 
 def _placed(arr: jax.Array, sharding: NamedSharding) -> jax.Array:
