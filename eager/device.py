@@ -125,7 +125,8 @@ def settle(out: Any) -> None:
     program per call and are not waited for; accelerators queue each device's work on its own
     stream and are not affected."""
     for o in out if isinstance(out, (tuple, list)) else (out,):
-        if isinstance(o, jax.Array) and len(o.sharding.device_set) > 1:
+        if (isinstance(o, jax.Array) and not isinstance(o, jax.core.Tracer)
+                and len(o.sharding.device_set) > 1):
             o.block_until_ready()
 
 

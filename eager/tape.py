@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from . import device as _device
 from .errors import BackwardError
 
 # Per thread: (how many GradManagers record now, no_grad / Function-forward depth). A
@@ -208,6 +209,8 @@ def _pull(node: Node, cts: list, senders: dict | None, manager: Any,
     else:
         assert node.vjp is not None, node  # `_check_alive` refused a freed node before
         grads = node.vjp(cts)
+    if _device.waits_for_spread_results():  # Note [CPU collectives in flight]
+        _device.settle([g for g in grads if g is not None and not isinstance(g, tuple)])
     if free:
         node.vjp = None  # drop the residuals as soon as they are used
     return grads
