@@ -291,15 +291,17 @@ class Block(M.Module):
 
 
 class GPTBackbone(M.Module):
-    """Token and learned position embeddings, 2 pre-LN blocks, final LayerNorm."""
+    """Token and learned position embeddings, 2 pre-LN blocks, final LayerNorm. The sizes
+    default to the workload's (`_GPT`); others give a wider or deeper GPT of the same shape."""
 
-    def __init__(self) -> None:
+    def __init__(self, d: int | None = None, heads: int | None = None,
+                 hidden: int | None = None, blocks: int | None = None) -> None:
         super().__init__()
-        d = _GPT["d"]
+        d = d or _GPT["d"]
         self.tok_emb = M.Embedding(_GPT["vocab"], d)
         self.pos_emb = eg.Parameter(eg.zeros((_GPT["seq"], d)))
-        self.blocks = M.ModuleList([Block(d, _GPT["heads"], _GPT["hidden"])
-                                    for _ in range(_GPT["blocks"])])
+        self.blocks = M.ModuleList([Block(d, heads or _GPT["heads"], hidden or _GPT["hidden"])
+                                    for _ in range(blocks or _GPT["blocks"])])
         self.ln_f = M.LayerNorm(d, eps=_LN_EPS)
 
     def forward(self, x: eg.Tensor) -> eg.Tensor:
@@ -312,9 +314,14 @@ class GPTBackbone(M.Module):
 _BACKBONES = {"mlp": (MLPBackbone, 512), "cnn": (ResNetBackbone, 64), "gpt": (GPTBackbone, 128)}
 
 
-def build_model(name: str) -> Model:
-    """The eager `Model(backbone, head)` of workload `name`, loaded with `init_params(name)`."""
+def build_model(name: str, **sizes: int) -> Model:
+    """The eager `Model(backbone, head)` of workload `name`, loaded with `init_params(name)`.
+    `sizes` (gpt only: `GPTBackbone`'s d, heads, hidden, blocks) builds a resized GPT instead,
+    with the modules' own initialization (the canonical weights fit only the canonical sizes)."""
     backbone, features = _BACKBONES[spec_of(name)]
+    if sizes:
+        features = sizes.get("d") or features
+        return Model(backbone(**sizes), M.Linear(features, NUM_CLASSES[spec_of(name)]))
     model = Model(backbone(), M.Linear(features, NUM_CLASSES[spec_of(name)]))
     model.load_state_dict(init_params(name))
     return model
