@@ -1,11 +1,14 @@
-"""Op-level tests of the optimizer updates Adagrad, Adadelta and LAMB, and of the gradient
-clipping ops, each against an independent jnp reference (values; for the clipping ops also
-gradients through `jax.vjp`). The optimizers built on them are tested in
-tests/eager/test_optimizers.py, the clipping functions in tests/eager/test_grad_clipping.py."""
+"""Op-level tests of the optimizer updates Adagrad, Adadelta and LAMB, of the gradient
+clipping ops and of the gradient layout op (ZeRO-2), each against an independent jnp reference
+(values; for the clipping ops also gradients through `jax.vjp`). The optimizers built on them
+are tested in tests/eager/test_optimizers.py, the clipping functions in
+tests/eager/test_grad_clipping.py."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import eager as eg
 
@@ -146,8 +149,18 @@ def test_clip_grad_value_op(lower, upper):
              {"n": len(grads)})
 
 
+def test_gradient_layout_is_the_identity_laid_out():
+    # one device here; the 4-device behaviour is in tests/distributed/test_sharded.py
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)),
+                             PartitionSpec(None, "data"))
+    (x,) = _arrays(np.random.default_rng(7), (4, 3))
+    check_op("gradient_layout", [x], lambda g: g, {"sharding": sharding})
+    out = eg.apply(eg.OPS["gradient_layout"], eg.tensor(x), sharding=sharding)
+    assert out.sharding.is_equivalent_to(sharding, 2)
+
+
 # Every op this module registers has its value (and, for the clipping ops, gradient) checked
 # above; the optimizers and clipping functions on top are tested in tests/eager/test_optimizers.py
 # and tests/eager/test_grad_clipping.py.
 COVERED = {"adagrad_update", "adadelta_update", "lamb_update", "clip_grad_norm",
-           "clip_grad_value"}
+           "clip_grad_value", "gradient_layout"}
