@@ -156,15 +156,15 @@ def _cotangent_layouts(bwd: Any) -> tuple | None:
     shardings = getattr(bwd.compiled, "input_shardings", None)
     if shardings is None:
         return None
-    layouts = tuple(shardings[0][1])
-    return layouts if any(len(s.device_set) > 1 for s in layouts) else None
+    layouts = tuple(shardings[0][1])  # None for a cotangent the executable does not take
+    return layouts if any(s is not None and len(s.device_set) > 1 for s in layouts) else None
 
 
 def _laid_out(c: Any, aval: tuple, sharding: Any) -> Any:
-    """Cotangent `c` (zeros if None) laid out by `sharding`."""
+    """Cotangent `c` (zeros if None) laid out by `sharding` (None: as it is)."""
     if c is None:
         return _zeros(*aval, device=sharding)
-    if (isinstance(c, jax.core.Tracer) or c.sharding == sharding
+    if (sharding is None or isinstance(c, jax.core.Tracer) or c.sharding == sharding
             or c.sharding.is_equivalent_to(sharding, c.ndim)):
         return c
     return jax.device_put(c, sharding)

@@ -58,3 +58,15 @@ def test_two_calls_before_one_backward_keep_their_own_residuals():
         return (fn(arrays[0], w, arrays[2])[0] * fn(x2, w, arrays[2])[0]).sum()
 
     np.testing.assert_allclose(w.grad.numpy(), jax.grad(loss)(arrays[1]), rtol=1e-5)
+
+
+def test_a_cotangent_the_backward_does_not_use_is_taken_as_it_is():
+    # ceil's gradient is zero: the backward executable drops its cotangent (no placement for
+    # it), which the check of the cotangents' layouts must pass over
+    x = eg.Parameter(jnp.asarray([0.5, 1.5], jnp.float32))
+    seg = SegmentFunction(Segment(lambda v: (jnp.ceil(v),), [x._data]), [{0}], "ceil")
+    gm = GradManager().attach([x])
+    with gm:
+        (y,) = seg([x._data], [x])
+        gm.backward(y.sum())
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0])
