@@ -10,8 +10,13 @@ can observe; `tests/eager/op_check.py` checks eager values and gradients against
 from __future__ import annotations
 
 import fcntl
+import json
+import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -94,3 +99,21 @@ def computed_once(tmp_path_factory: Any, worker_id: str, name: str, compute: Cal
         value = compute()
         path.write_bytes(pickle.dumps(value))
         return value
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fresh_env() -> dict[str, str]:
+    """This environment without `XLA_FLAGS`, which may force the parent's device count: a
+    child process picks its own (`jax_num_cpu_devices`)."""
+    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+
+
+def json_of_module(module: str, *args: str, timeout: float) -> Any:
+    """What `python -m module args` prints as JSON, run in a fresh process at the repository's
+    root (a fresh process for jax to start with another number of devices)."""
+    done = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=fresh_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)

@@ -4,12 +4,6 @@ one device on the whole batch; state stays replicated."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -17,14 +11,13 @@ import eager as eg
 import eager.distributed as dist
 from eager.errors import DistributedError
 
-from ..helpers import computed_once
+from ..helpers import computed_once, json_of_module
 from . import training, workers
 
 # Long runs (stateful machines over thousands of steps, launches of several processes): the
 # README's test command leaves them out (-m "not slow"), .ci/run runs them too.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 CASES = [f"{k}-{o}-{m}" for k in ("mlp", "cnn") for o in ("sgd", "adam")
          for m in ("eager", "partial_trace", "xla_trace")]
 
@@ -35,11 +28,7 @@ def results(tmp_path_factory, worker_id) -> dict:
 
 
 def _results() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    done = subprocess.run([sys.executable, "-m", "tests.distributed.global_check"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return json_of_module("tests.distributed.global_check", timeout=300)
 
 
 @pytest.mark.parametrize("case", CASES)

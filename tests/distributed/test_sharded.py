@@ -5,12 +5,6 @@ every tensor keeps the layout it was given; the API's checks in this process (on
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
@@ -22,10 +16,9 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.errors import DistributedError
 
-from ..helpers import computed_once
+from ..helpers import computed_once, json_of_module
 from . import sharded_check, training, workers
 
-ROOT = Path(__file__).resolve().parents[2]
 CASES = [f"{k}-{o}-{m}-{s}" for k in sharded_check.KINDS for o in sharded_check.OPTIMIZERS
          for m in sharded_check.MODES for s in sharded_check.STAGES] + [
              f"{k}-sgd-partial_trace+head-3-whole" for k in sharded_check.KINDS]
@@ -40,11 +33,7 @@ def results(tmp_path_factory, worker_id) -> dict:
 
 
 def _results() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    done = subprocess.run([sys.executable, "-m", "tests.distributed.sharded_check"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return json_of_module("tests.distributed.sharded_check", timeout=900)
 
 
 @pytest.mark.slow

@@ -25,14 +25,10 @@ import eager.optimizer as optim
 from eager.distributed.checkpoint import checkpoint_steps, load_checkpoint, save_checkpoint
 from eager.errors import CheckpointError
 
+from ..helpers import fresh_env, json_of_module
 from . import checkpoint_workers as workers
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _env() -> dict:
-    # XLA_FLAGS may force a device count of the parent's; the children pick their own
-    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
 
 def _values(net, opt) -> list[np.ndarray]:
@@ -217,7 +213,7 @@ def test_previous_step_survives_a_save_killed_before_its_commit(tmp_path):
     # step 2 (with keep=1) stopped just before orbax renames its temporary folder: every byte
     # of step 2 is on disk, uncommitted. SIGKILL: no cleanup runs.
     child = subprocess.Popen([sys.executable, "-m", "tests.distributed.checkpoint_workers",
-                              "stall", str(tmp_path)], cwd=ROOT, env=_env(),
+                              "stall", str(tmp_path)], cwd=ROOT, env=fresh_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = [child.stdout.readline(), child.stdout.readline()]
@@ -289,11 +285,8 @@ def test_nothing_in_the_files_runs_code_on_load(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def on_four_devices(tmp_path_factory) -> dict:
     directory = tmp_path_factory.mktemp("four")
-    done = subprocess.run([sys.executable, "-m", "tests.distributed.checkpoint_workers",
-                           "devices", str(directory)], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return json_of_module("tests.distributed.checkpoint_workers", "devices", str(directory),
+                          timeout=300)
 
 
 @pytest.mark.slow
