@@ -16,10 +16,18 @@ where the uninterrupted run ended.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+# A GPU sums some values (scatter-adds, such as the embedding's gradient) with atomic adds that
+# land in whatever order its threads finish, so two identical runs differ in the last bits, and
+# ten Adam steps grow that to ~1e-4. The resume check at the end asks for the same bits, so ask
+# XLA for its deterministic kernels (set before jax starts its backend; no effect on CPU).
+os.environ["XLA_FLAGS"] = " ".join(
+    filter(None, [os.environ.get("XLA_FLAGS"), "--xla_gpu_deterministic_ops=true"]))
 
 import jax
 import numpy as np
