@@ -170,9 +170,13 @@ class Segment:
                 fwd_exe.lowered.out_info, fwd_exe.compiled.output_shardings)
             out_info, res = placed
             cts = tuple(out_info[j] for j in key[1])
+            layouts = (None,) * len(key[0]) if self.options.per_rank else tuple(
+                _spread(self._avals[i]) for i in key[0])
 
             def backward(residuals: Any, cotangents: tuple) -> tuple:
-                return tuple(rebuild(residuals)(cotangents))
+                grads = rebuild(residuals)(cotangents)
+                return tuple(g if s is None else jax.lax.with_sharding_constraint(g, s)
+                             for g, s in zip(grads, layouts))
 
             backward.__name__ = f"{self.name}_backward"
             bwd_exe = _compile("backward", backward, (res, cts), self.options)
@@ -204,6 +208,18 @@ def abstract(a: Any) -> jax.ShapeDtypeStruct:
     placed = getattr(a, "committed", True)
     return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False),
                                 sharding=getattr(a, "sharding", None) if placed else None)
+
+
+def _spread(aval: Any) -> Any:
+    """The layout of an input laid out over several devices of a mesh (None otherwise): its
+    gradient leaves the backward laid out the same, as FSDP keeps a split parameter's gradient
+    split. Left to itself XLA may return them whole on every device (an all-reduce where a
+    reduce-scatter would do; the GPT workload's backbone on 4 devices: 1.67 MiB of gradients
+    out per device, 0.43 MiB pinned), and the eager optimizer then reads them whole."""
+    sharding = getattr(aval, "sharding", None)
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.device_set) > 1:
+        return sharding
+    return None
 
 
 def _check_options(options: Any, n_inputs: int, name: str) -> None:
