@@ -225,12 +225,36 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(row), flush=True)
     if args.budget_mib:
         widths = [int(w) for w in args.widths.split(",")]
+        found = {}
         for layout in args.search_layouts.split(","):
-            result = largest_width(int(args.budget_mib * MiB),
-                                   lambda d, lay=layout: step_peak(d, lay, mesh), widths,
-                                   known.get(layout))
+            found[layout] = largest_width(int(args.budget_mib * MiB),
+                                          lambda d, lay=layout: step_peak(d, lay, mesh), widths,
+                                          known.get(layout))
+        cross_probe(found, lambda d, lay: step_peak(d, lay, mesh)[0])
+        for layout, result in found.items():
             result.update(devices=args.devices, layout=layout)
             print(json.dumps(result), flush=True)
+
+
+def cross_probe(found: dict[str, dict], probe: Callable[[int, str], int]) -> None:
+    """Measure every searched layout (`found`: layout -> its `largest_width` result) at the
+    widths the others reach too (`probe(d, layout)`: peak bytes), adding them to its probes, so
+    the layouts' peaks compare at the same model: above all at the widest stage3 fits, the model
+    sharding exists for, where parameters, gradients and Adam state, not activations, fill the
+    step.
+
+    >>> found = {"a": {"width": 32, "probes": {"16": 1, "32": 2}}, "b": {"width": 16,
+    ...          "probes": {"16": 5}}}
+    >>> cross_probe(found, lambda d, layout: d * 10)
+    >>> found["b"]["probes"], found["a"]["probes"]
+    ({'16': 5, '32': 320}, {'16': 1, '32': 2})
+    """
+    for layout, result in found.items():
+        for other in found.values():
+            d = str(other["width"])
+            if d not in result["probes"]:
+                result["probes"][d] = probe(int(d), layout)
+        result["probes"] = dict(sorted(result["probes"].items(), key=lambda kv: int(kv[0])))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@ per layout, less memory per device when sharded, and a width search that finds t
 
 import pytest
 
-from benchmarks.sharded import HEADS, find, run_worker, table, total, verdicts
-from benchmarks.sharded_worker import largest_width
+from benchmarks.sharded import HEADS, find, run_worker, table, total, verdicts, wider
+from benchmarks.sharded_worker import cross_probe, largest_width
 
 TINY = ["--sizes", "d=32,hidden=128,blocks=1", "--steps", "1"]
 
@@ -36,3 +36,21 @@ def test_the_width_search_returns_the_last_width_under_the_budget():
     assert found["peak_bytes"] <= 10**6 < found["next_peak_bytes"]
     assert found["params"] == 12 * found["width"] ** 2
     assert set(found["probes"]) >= {"64", "128", "256", str(found["width"])}
+
+
+def test_every_searched_layout_is_measured_at_the_widths_the_others_reach():
+    found = {"stage3": {"width": 784, "probes": {"512": 67, "784": 125}},
+             "replicated": {"width": 512, "probes": {"512": 126, "528": 134}}}
+    asked = []
+
+    def probe(d: int, layout: str) -> int:
+        asked.append((d, layout))
+        return 290
+
+    cross_probe(found, probe)
+    assert asked == [(784, "replicated")]
+    assert list(found["replicated"]["probes"]) == ["512", "528", "784"]
+    assert found["stage3"]["probes"] == {"512": 67, "784": 125}
+    ratios = wider([{"kind": "search", "devices": 4, "layout": k, "params": 15_225_536, **v}
+                    for k, v in found.items()], 4)
+    assert "d 784: 0.43x" in ratios[0] and "(goal <= 0.5x): MET" in ratios[1]
