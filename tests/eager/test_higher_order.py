@@ -49,8 +49,9 @@ def test_hessian_vector_products_match_jax(names, seed):
             h = BLOCKS[n][1](h)
         return h.sum()
 
-    hvp = jax.grad(lambda w_: jnp.vdot(jax.grad(f_jax)(w_), v))(jnp.asarray(w))
-    first = jax.grad(f_jax)(jnp.asarray(w))
+    # jitted: run op by op, jax compiles every primitive of both derivatives for each shape
+    hvp = jax.jit(jax.grad(lambda w_: jnp.vdot(jax.grad(f_jax)(w_), v)))(jnp.asarray(w))
+    first = jax.jit(jax.grad(f_jax))(jnp.asarray(w))
 
     wt = eg.Parameter(w)
     outer, inner = GradManager().attach([wt]), GradManager().attach([wt])
@@ -78,7 +79,7 @@ def test_gradient_penalty_on_the_input_matches_jax():
         g = jax.grad(critic, argnums=1)(w_, jnp.asarray(x))
         return ((jnp.sqrt((g * g).sum(axis=1)) - 1.0) ** 2).mean()
 
-    expected_loss, expected = jax.value_and_grad(penalty)(jnp.asarray(w))
+    expected_loss, expected = jax.jit(jax.value_and_grad(penalty))(jnp.asarray(w))
 
     wt, xt = eg.Parameter(w), eg.tensor(x)
     outer, inner = GradManager().attach([wt]), GradManager().attach([xt])

@@ -23,7 +23,7 @@ TOLERANCE = {"float16": 2e-3, "bfloat16": 2e-2}
 
 
 def _net():
-    return M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 4))
+    return M.Sequential(M.Linear(8, 8), M.ReLU(), M.Linear(8, 8))
 
 
 def _build_split(low):
@@ -35,7 +35,7 @@ def _build_split(low):
         gm, scaler = GradManager().attach(net.parameters()), amp.GradScaler(init_scale=256.0)
 
         def step(i):
-            x, y = labelled_batch((i, 3), (8, 6))
+            x, y = labelled_batch((i, 3), (8, 8))
             with gm, amp.autocast(low_prec_dtype=low):
                 logits = backbone(x)
                 loss = F.cross_entropy(logits, y)
@@ -67,7 +67,7 @@ def _build_whole(low, poison_step=-1):
 
         def run(i):
             flag = np.float32(np.inf if i == poison_step else 1.0)
-            return step(*labelled_batch((i, 3), (8, 6)), eg.tensor(flag))
+            return step(*labelled_batch((i, 3), (8, 8)), eg.tensor(flag))
 
         return World(run, modules=[net], optimizers=[opt], tensors=flags, traced=[step])
 
@@ -112,10 +112,10 @@ def test_an_overflowing_step_inside_xla_trace_leaves_parameters_and_state_unchan
             scaler.backward(gm, F.cross_entropy(net(x), y) * poison)
         opt.step().clear_grad()
 
-    step(*labelled_batch((0, 3), (8, 6)), eg.tensor(np.float32(1.0)))
+    step(*labelled_batch((0, 3), (8, 8)), eg.tensor(np.float32(1.0)))
     before = [p.numpy() for p in net.parameters()]
     buffers = [s["momentum_buffer"].numpy() for s in opt.state.values()]
-    step(*labelled_batch((1, 3), (8, 6)), eg.tensor(np.float32(np.nan)))
+    step(*labelled_batch((1, 3), (8, 8)), eg.tensor(np.float32(np.nan)))
     for b, p in zip(before, net.parameters()):
         np.testing.assert_array_equal(p.numpy(), b)
     for b, s in zip(buffers, opt.state.values()):

@@ -66,10 +66,23 @@ class Net(M.Module):
         return out.mean(axis=(2, 3))
 
 
-def _run(wrap_kind, steps=2):
+class Small(M.Module):
+    """A convolution and BatchNorm: a region that convolves in its forward and its backward,
+    for the tests of where the rewrites apply (Net's seven layers take seconds to compile)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = M.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.bn = M.BatchNorm2d(4)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x))).mean(axis=(2, 3))
+
+
+def _run(wrap_kind, steps=2, model=Net):
     """Losses, gradients (of the last step) and the state after `steps` SGD steps."""
     eg.random.seed(0)
-    net = Net()
+    net = model()
     x = eg.tensor(np.random.default_rng(0).standard_normal((4, 3, 12, 12)).astype(np.float32))
     gm = GradManager().attach(net.parameters())
     opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
@@ -119,12 +132,12 @@ def test_values_and_gradients_equal_nchw_eager_without_rewrites(kind, rewrites, 
 @pytest.mark.parametrize("kind", ["partial", "xla"])
 def test_the_rewrites_apply_to_compiled_regions_and_switch_off(kind, rewrites):
     eg.set_conv_rewrites(True)
-    *_, fn = _run(kind, steps=1)
+    *_, fn = _run(kind, steps=1, model=Small)
     seg = fn.segments()[-1]
     assert seg.options.layout == "channels_last"
     assert all(OPTION in e.compiler_options.items() for e in seg.executables().values())
     eg.set_conv_rewrites(False)
-    *_, fn = _run(kind, steps=1)
+    *_, fn = _run(kind, steps=1, model=Small)
     seg = fn.segments()[-1]
     assert seg.options.layout is None
     assert all(not e.compiler_options for e in seg.executables().values())
@@ -170,9 +183,11 @@ def _convs(x, w1, w2, w3):
 
 
 def _conv_args():
-    keys = jax.random.split(jax.random.key(0), 4)
-    return [jax.random.normal(keys[0], (2, 4, 9, 7)), jax.random.normal(keys[1], (6, 4, 3, 3)),
-            jax.random.normal(keys[2], (4, 3, 3, 3)), jax.random.normal(keys[3], (5, 4, 3))]
+    # drawn by numpy and put on the device as they are: `jax.random.normal` compiles a sampler
+    # for each shape (seconds on the CPU), and `jnp.asarray` an identity program
+    rng = np.random.default_rng(0)
+    return [jax.device_put(rng.standard_normal(s).astype(np.float32))
+            for s in ((2, 4, 9, 7), (6, 4, 3, 3), (4, 3, 3, 3), (5, 4, 3))]
 
 
 @pytest.mark.slow
@@ -223,9 +238,9 @@ def test_channels_last_keeps_activations_channels_last_between_convolutions():
         y = jax.lax.reduce_window(y, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
         return (jax.lax.conv_general_dilated(y, w2, (1, 1), "SAME", dimension_numbers=dn),)
 
-    keys = jax.random.split(jax.random.key(1), 4)
-    args = [jax.random.normal(keys[0], (2, 3, 8, 8)), jax.random.normal(keys[1], (4, 3, 3, 3)),
-            jax.random.normal(keys[2], (5, 4, 3, 3)), jax.random.normal(keys[3], (4,))]
+    rng = np.random.default_rng(1)
+    args = [jax.device_put(rng.standard_normal(s).astype(np.float32))
+            for s in ((2, 3, 8, 8), (4, 3, 3, 3), (5, 4, 3, 3), (4,))]
     fn = channels_last(conv_bn_conv, args)
     assert_close(jax.jit(fn)(*args)[0], conv_bn_conv(*args)[0])
     activations = [s for s in _transposed_shapes(fn, *args) if len(s) == 4 and s[0] == 2]
