@@ -55,7 +55,8 @@ def check_op(
     """Check op `name` on `inputs` (numpy arrays become Tensors; other values pass as they are).
 
     Float arrays are attached to a GradManager; the backward is seeded with a random cotangent
-    and the gradients compared with `jax.vjp(ref)` at the same cotangent.
+    and the gradients compared with `jax.vjp(ref)` at the same cotangent. Outputs' count,
+    shapes and dtypes must match the reference's too.
     """
     attrs = attrs or {}
     op = eg.OPS[name]
@@ -73,32 +74,30 @@ def check_op(
         raise
     outs = out if isinstance(out, tuple) else (out,)
     ref_in = [jnp.asarray(x) if isinstance(x, np.ndarray) else x for x in inputs]
-    ref_at = _compiled(ref, ref_in)
-    expected = ref_at({})
-    exp_outs = expected if isinstance(expected, tuple) else (expected,)
+    reference = _Reference(ref, ref_in, diff)
+    shapes = reference.shapes()
+    if shapes is not None:
+        assert len(outs) == len(shapes), f"{name}: {len(outs)} outputs, expected {len(shapes)}"
+        for k, (o, e) in enumerate(zip(outs, shapes)):
+            assert o.shape == e.shape, f"{name} output {k}: shape {o.shape} != {e.shape}"
+    cts: list = []
+    diff_outs: list[int] = []
+    if gm is not None:
+        rng = np.random.default_rng(seed)
+        diff_outs = [k for k, o in enumerate(outs)
+                     if k not in op.nondiff_outputs and o.dtype.kind == "f"]
+        cts = [rng.standard_normal(outs[k].shape).astype(outs[k].dtype) for k in diff_outs]
+    exp_outs, exp_grads = reference.run(dict(zip(diff_outs, cts)) if diff_outs else None)
     assert len(outs) == len(exp_outs), f"{name}: {len(outs)} outputs, expected {len(exp_outs)}"
     for k, (o, e) in enumerate(zip(outs, exp_outs)):
         assert o.dtype == np.dtype(e.dtype), f"{name} output {k}: dtype {o.dtype} != {e.dtype}"
         assert_close(o, e, rtol, atol, f"{name} output {k}")
     if gm is None:
         return
-    rng = np.random.default_rng(seed)
-    diff_outs = [k for k, o in enumerate(outs)
-                 if k not in op.nondiff_outputs and o.dtype.kind == "f"]
     if not diff_outs:  # e.g. a cast to int: nothing to differentiate
         gm.release()
         return
-    cts = [rng.standard_normal(outs[k].shape).astype(outs[k].dtype) for k in diff_outs]
     gm.backward([outs[k] for k in diff_outs], [eg.tensor(c) for c in cts])
-
-    def ref_diff(*d):
-        return ref_at(dict(zip(diff, d)))
-
-    _, pullback = jax.vjp(ref_diff, *(ref_in[i] for i in diff))
-    full_cts = [jnp.zeros(e.shape, e.dtype) for e in exp_outs]
-    for k, c in zip(diff_outs, cts):
-        full_cts[k] = jnp.asarray(c)
-    exp_grads = pullback(tuple(full_cts) if isinstance(expected, tuple) else full_cts[0])
     for i, g in zip(diff, exp_grads):
         got = tensors[i].grad
         assert got is not None, f"{name}: no gradient reached input {i}"
@@ -106,25 +105,61 @@ def check_op(
                      f"{name} gradient of input {i}")
 
 
-def _compiled(ref: Callable[..., Any], ref_in: list) -> Callable[[dict], Any]:
-    """`ref` on `ref_in` with the arrays at some positions replaced (`{position: array}`), as one
-    jitted program: run op by op, a reference dispatches and compiles every jnp primitive for
-    every new shape, the larger part of these tests' time. Non-array inputs stay constants.
-    A numpy reference (it cannot be traced) runs as it is."""
-    arrays = [i for i, x in enumerate(ref_in) if isinstance(x, jax.Array)]
+class _Reference:
+    """`ref` on `ref_in`, its values and the vjp of the inputs at positions `diff`, as one jitted
+    program: run op by op, a reference dispatches and compiles every jnp primitive for every new
+    shape (forward, linearization and transpose apart), the larger part of these tests' time.
+    Non-array inputs stay constants. A numpy reference (it cannot be traced) runs as it is."""
 
-    def call(*values: Any) -> Any:
-        args = list(ref_in)
-        for i, v in zip(arrays, values):
+    def __init__(self, ref: Callable[..., Any], ref_in: list, diff: list[int]) -> None:
+        self.ref, self.ref_in, self.diff = ref, ref_in, diff
+        self.arrays = [i for i, x in enumerate(ref_in) if isinstance(x, jax.Array)]
+        try:
+            self._shapes: Any = jax.eval_shape(self._call, *self._values())
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            self._shapes = None  # reads values on the host: not traceable
+
+    def _values(self) -> list:
+        return [self.ref_in[i] for i in self.arrays]
+
+    def _call(self, *values: Any) -> Any:
+        args = list(self.ref_in)
+        for i, v in zip(self.arrays, values):
             args[i] = v
-        return ref(*args)
+        return self.ref(*args)
 
-    jitted = jax.jit(call)
-    try:
-        jax.eval_shape(jitted, *(ref_in[i] for i in arrays))
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        jitted = call  # reads values on the host: not traceable
-    return lambda changes: jitted(*(changes.get(i, ref_in[i]) for i in arrays))
+    def _vjp(self, values: list, cts: dict[int, Any]) -> tuple[tuple, list]:
+        """(outputs as a tuple, gradients of the `diff` inputs at the cotangents `cts`, keyed
+        by output position; zero for the other outputs)."""
+        where = [self.arrays.index(i) for i in self.diff]
+
+        def of_diff(*d: Any) -> Any:
+            args = list(values)
+            for j, v in zip(where, d):
+                args[j] = v
+            return self._call(*args)
+
+        out, pullback = jax.vjp(of_diff, *(values[j] for j in where))
+        outs = out if isinstance(out, tuple) else (out,)
+        full = [cts[k] if k in cts else jnp.zeros(e.shape, e.dtype) for k, e in enumerate(outs)]
+        return outs, list(pullback(tuple(full) if isinstance(out, tuple) else full[0]))
+
+    def shapes(self) -> tuple | None:
+        """The outputs' shapes and dtypes (None for a numpy reference)."""
+        if self._shapes is None:
+            return None
+        return self._shapes if isinstance(self._shapes, tuple) else (self._shapes,)
+
+    def run(self, cts: dict[int, np.ndarray] | None) -> tuple[tuple, list]:
+        """(outputs, gradients of the `diff` inputs at `cts`; [] when `cts` is None)."""
+        values = self._values()
+        if cts is None:
+            out = jax.jit(self._call)(*values) if self._shapes is not None else self._call(*values)
+            return (out if isinstance(out, tuple) else (out,)), []
+        cts_j = {k: jnp.asarray(c) for k, c in cts.items()}
+        if self._shapes is None:
+            return self._vjp(values, cts_j)
+        return jax.jit(self._vjp)(values, cts_j)
 
 
 def fd_check(f: Callable[..., eg.Tensor], inputs: Sequence[np.ndarray], *, eps: float = 1e-6,
