@@ -26,6 +26,7 @@ import jax
 from . import per_rank
 from .layout import channels_last, has_convolution
 from .options import CompileOptions
+from .residuals import slim
 
 
 @dataclass
@@ -160,7 +161,7 @@ class Segment:
         pair = self._vjps.get(key)
         if pair is None:
             fwd = _vjp_forward(_rematerialized(self._function(), self.options), *key)
-            fwd, rebuild = _pruned(fwd, self._avals, key[1])
+            fwd, rebuild = slim(fwd, self._avals, key[1])
             fwd.__name__ = f"{self.name}_forward_vjp"
             fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
             # Shapes from the lowering, placements from the executable (where outputs land).
@@ -264,58 +265,6 @@ def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ..
         return outs, pullback
 
     return forward
-
-
-def _pruned(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
-            ) -> tuple[Callable, Callable]:
-    """`fwd` returning only the residuals its pullback reads, and `rebuild(kept)`, which
-    rebuilds the pullback from them. jax's vjp keeps some values its transpose never uses (on a
-    ResNet step a third of the residual bytes); as outputs of the forward they were computed,
-    written and held until the backward for nothing."""
-    out_avals, pullback = jax.eval_shape(fwd, *avals)
-    leaves, tree = jax.tree.flatten(pullback)
-    cts = tuple(out_avals[j] for j in diff_outputs)
-    used = _used_inputs(jax.make_jaxpr(
-        lambda res, c: tuple(jax.tree.unflatten(tree, res)(c)))(leaves, cts).jaxpr, len(leaves))
-    kept = [i for i, u in enumerate(used) if u]
-
-    def forward(*inputs: Any) -> tuple:
-        outs, pb = fwd(*inputs)
-        res = jax.tree.leaves(pb)
-        return outs, [res[i] for i in kept]
-
-    def rebuild(kept_res: list) -> Callable:
-        full: list = [jax.numpy.zeros(a.shape, a.dtype) for a in leaves]  # unused: XLA drops
-        for i, r in zip(kept, kept_res):
-            full[i] = r
-        return jax.tree.unflatten(tree, full)
-
-    return forward, rebuild
-
-
-def _used_inputs(jaxpr: Any, n: int) -> list[bool]:
-    """Which of the first `n` inputs of `jaxpr` its outputs depend on."""
-    return _live_inputs(jaxpr, [True] * len(jaxpr.outvars))[:n]
-
-
-def _live_inputs(jaxpr: Any, live_out: Sequence[bool]) -> list[bool]:
-    """Which inputs of `jaxpr` the outputs marked in `live_out` depend on: a backward walk that
-    skips equations whose results nothing live reads (and that have no side effects), looking
-    into nested jit calls (a vjp's transpose is one, reading every residual it is given)."""
-    live = {id(v) for v, keep in zip(jaxpr.outvars, live_out) if keep}
-    for eqn in reversed(jaxpr.eqns):
-        outs = [id(v) in live for v in eqn.outvars]
-        if not (eqn.effects or any(outs)):
-            continue
-        inner = eqn.params.get("jaxpr")
-        inner = getattr(inner, "jaxpr", inner)
-        if (not eqn.effects and eqn.primitive.name in ("pjit", "jit", "closed_call")
-                and inner is not None and len(inner.invars) == len(eqn.invars)):
-            used = _live_inputs(inner, outs)
-            live.update(id(v) for v, u in zip(eqn.invars, used) if u)
-        else:
-            live.update(id(v) for v in eqn.invars)
-    return [id(v) in live for v in jaxpr.invars]
 
 
 def _compile(kind: str, fn: Callable, avals: Sequence[Any], options: CompileOptions,
