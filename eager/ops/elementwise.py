@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy import special
 
+from . import lean_grads
 from .ragged_rules import ROWS, along
 from .reduction import vector_norm
 from .registry import defop
@@ -49,7 +50,7 @@ _ARITHMETIC: dict[str, Callable] = {
     "sigmoid": jax.nn.sigmoid,
     # where(x > 0) rather than maximum(x, 0): the gradient at 0 is 0, as in PyTorch and MegEngine.
     "relu": lambda x: jnp.where(x > 0, x, jnp.zeros_like(x)),
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu": lean_grads.gelu,
     "silu": jax.nn.silu,
     "softplus": jax.nn.softplus,
     "tan": jnp.tan,

@@ -7,6 +7,7 @@ import numpy as np
 from jax import lax
 
 from ..conv_switch import conv_options
+from .lean_grads import standardize
 from .ragged_rules import ROWS, along, unless_reduced
 from .registry import defop
 
@@ -195,10 +196,7 @@ def running_stats_update(running_mean, running_var, mean, var, *, momentum):
 
 @defop("layer_norm", ragged=lambda attrs, ndim: ROWS if attrs["n_axes"] < ndim else None)
 def layer_norm(x, weight, bias, *, n_axes, eps):
-    axes = tuple(range(x.ndim - n_axes, x.ndim))
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
-    y = (x - mean) * lax.rsqrt(var + eps)
+    y = standardize(x, tuple(range(x.ndim - n_axes, x.ndim)), eps)
     if weight is not None:
         y = y * weight
     return y if bias is None else y + bias
@@ -206,10 +204,7 @@ def layer_norm(x, weight, bias, *, n_axes, eps):
 
 @defop("group_norm", ragged=ROWS)
 def group_norm(x, weight, bias, *, groups, eps):
-    g = x.reshape((x.shape[0], groups, -1))
-    mean = jnp.mean(g, axis=2, keepdims=True)
-    var = jnp.mean(jnp.square(g - mean), axis=2, keepdims=True)
-    y = ((g - mean) * lax.rsqrt(var + eps)).reshape(x.shape)
+    y = standardize(x.reshape((x.shape[0], groups, -1)), (2,), eps).reshape(x.shape)
     if weight is not None:
         y = y * _channel(weight, y.ndim)
     return y if bias is None else y + _channel(bias, y.ndim)
