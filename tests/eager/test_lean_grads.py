@@ -77,7 +77,7 @@ def test_standardize_value_gradient_and_second_derivative_are_jaxs(shape, n_axes
      lambda x, w: plain_standardize(x, (1,), 1e-5) * w, 1, 3),
 ], ids=["gelu", "layer_norm"])
 def test_the_backward_keeps_one_activation_sized_value(fn, plain, lean, jaxs):
-    """Times a trained weight, as in a network: GELU keeps its slope (and its output, which
+    """Times a trained weight, as in a network: GELU keeps its input (and its output, which
     the weight's gradient reads), the standardisation its output (read by both gradients);
     jax's derivatives of the plain formulas keep two more."""
     x = jnp.asarray(np.random.default_rng(0).standard_normal((6, 7)), jnp.float32)
