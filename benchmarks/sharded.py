@@ -39,10 +39,10 @@ The width search: for a per-device budget (`--budget-mib`, 128 MiB), the widest 
 workload's shape (d a multiple of 16, hidden 4 d, 4 heads, 2 blocks, same batch) whose whole
 xla_trace step (peak by XLA's analysis, which includes the weights and Adam state as arguments)
 fits, found from compiled steps (see `sharded_worker.largest_width`). Why 128 MiB: the workload's
-own step (d = 128) already peaks at 45 MiB on one device, mostly activations (16 x 64 tokens),
+own step (d = 128) already peaks at 35 MiB on one device, mostly activations (16 x 64 tokens),
 so a budget of a few MB fits no GPT with this batch at all; at 128 MiB the weights, gradients and
 Adam state (16 bytes a parameter) are over a third of the one-device peak, and the 4-device
-search stays near d = 800, where a probe compiles and runs in about 20 s on 2 cores. The
+search stays near d = 850, where a probe compiles and runs in about 20 s on 2 cores. The
 parameter count grows as d^2 and the activations (the batch is split too) as d, so 4x the memory
 buys about 2x the width and 4x or more the parameters: both ratios are reported, as measured.
 Each searched layout is also measured at the width the others reach, so the peaks compare at the
