@@ -53,13 +53,13 @@ def slim(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
 
     closed, shapes = jax.make_jaxpr(pruned, return_shape=True)(*avals)
     outs_tree = jax.tree.structure(shapes[0])
-    n_outs = outs_tree.num_leaves
+    n_outs = len(jax.tree.leaves(shapes[0]))
     narrowed: dict[int, _Broadcast] = {}
     forward = pruned
     if _has_broadcasts(closed.jaxpr):
         flat = jax.make_jaxpr(lambda *a: _inlined(closed.jaxpr, closed.consts, a))(*avals)
         outvars = list(flat.jaxpr.outvars)
-        made = {id(o): eqn for eqn in flat.jaxpr.eqns for o in eqn.outvars}
+        made = {id(o): eqn for eqn in flat.jaxpr.eqns for o in eqn.outvars}  # flat holds them
         for k in range(n_outs, len(outvars)):
             found = _broadcast_of(made.get(id(outvars[k])), outvars[k])
             if found is not None:

@@ -61,3 +61,11 @@ def test_broadcast_conditions_and_constants_give_jaxs_gradients(shape, keep, see
         return (jnp.where(cond, x, 0.5) * w + jnp.where(cond, -1.0, x),)
 
     _grads_are_jaxs(fn, [x, w, cond], (0, 1))
+
+
+def test_a_constant_residual_and_no_broadcast_at_all():
+    """A residual that is a literal (the pullback of a product with a constant array) and a
+    function without broadcasts go through unchanged."""
+    x = jnp.arange(6.0).reshape(2, 3)
+    _grads_are_jaxs(lambda x: (x * jnp.float32(3.0) + 1.0,), [x], (0,))
+    _grads_are_jaxs(lambda x: (jnp.sin(x),), [x], (0,))
