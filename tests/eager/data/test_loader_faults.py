@@ -145,8 +145,18 @@ def test_an_exception_in_the_loop_body_stops_the_workers(no_leftovers):
             1 / 0  # noqa: B018 - the user's step raising
 
 
+@pytest.fixture
+def python_ctrl_c():
+    """SIGINT raising KeyboardInterrupt, as Python sets it up in a terminal; a process started
+    in the background by a shell without job control (`cmd &` in a script, as CI runners may)
+    inherits SIGINT ignored, and Python then leaves it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("preload", [False, True])
-def test_ctrl_c_in_the_loop_stops_the_workers(no_leftovers, preload):
+def test_ctrl_c_in_the_loop_stops_the_workers(no_leftovers, python_ctrl_c, preload):
     with pytest.raises(KeyboardInterrupt):
         for n, (_, batch_pids) in enumerate(loader("none", preload=preload)):
             no_leftovers.update(batch_pids.tolist())
