@@ -29,6 +29,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex
 
+from .jaxprs import CALLS, uses
+
 # Ops that act on each element alone: they run on permuted operands unchanged (operands of the
 # result's shape, scalars, or of its rank with size-1 axes that broadcast), and their result
 # keeps the operands' layout.
@@ -57,28 +59,12 @@ _WINDOWED = {
     "select_and_scatter_add": ("window_dimensions", "window_strides", "padding"),
     "pad": ("padding_config",),
 }
-_CALLS = frozenset({"jit", "pjit", "closed_call", "core_call"})
 _CONV = "conv_general_dilated"
 
 
 def has_convolution(jaxpr: Any) -> bool:
     """Whether `jaxpr` (a Jaxpr or ClosedJaxpr) convolves anywhere, nested jaxprs included."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == _CONV:
-            return True
-        if any(has_convolution(sub) for sub in _subjaxprs(eqn.params)):
-            return True
-    return False
-
-
-def _subjaxprs(params: dict) -> list:
-    found = []
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if hasattr(item, "eqns") or hasattr(getattr(item, "jaxpr", None), "eqns"):
-                found.append(item)
-    return found
+    return uses(jaxpr, _CONV)
 
 
 def channels_last(fn: Callable, avals: Sequence[Any]) -> Callable:
@@ -121,7 +107,7 @@ def _apply(eqn: Any, ins: list[tuple]) -> list[tuple]:
     plain = all(p is None for _, p in ins)
     if name == _CONV:
         return _conv(eqn, ins)
-    if name in _CALLS and not (plain and not has_convolution(eqn.params["jaxpr"])):
+    if name in CALLS and not (plain and not has_convolution(eqn.params["jaxpr"])):
         inner = eqn.params["jaxpr"]  # inlined: its values keep their layouts across the call
         return _eval(inner.jaxpr, inner.consts, ins)
     if plain:

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 from jax.extend import core as jex
 
-_CALLS = ("pjit", "jit", "closed_call")
+from .jaxprs import CALLS, uses
 
 
 class _Broadcast(NamedTuple):
@@ -55,21 +55,20 @@ def slim(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
     outs_tree = jax.tree.structure(shapes[0])
     n_outs = len(jax.tree.leaves(shapes[0]))
     narrowed: dict[int, _Broadcast] = {}
-    forward = pruned
-    if _has_broadcasts(closed.jaxpr):
-        flat = jax.make_jaxpr(lambda *a: _inlined(closed.jaxpr, closed.consts, a))(*avals)
-        outvars = list(flat.jaxpr.outvars)
-        made = {id(o): eqn for eqn in flat.jaxpr.eqns for o in eqn.outvars}  # flat holds them
+    if uses(closed, "broadcast_in_dim"):
+        closed = jax.make_jaxpr(lambda *a: _inlined(closed.jaxpr, closed.consts, a))(*avals)
+        outvars = list(closed.jaxpr.outvars)
+        made = {o: eqn for eqn in closed.jaxpr.eqns for o in eqn.outvars}
         for k in range(n_outs, len(outvars)):
-            found = _broadcast_of(made.get(id(outvars[k])), outvars[k])
+            found = _broadcast_of(made.get(outvars[k]) if _is_var(outvars[k]) else None,
+                                  outvars[k])
             if found is not None:
                 outvars[k], narrowed[k - n_outs] = found
-    if narrowed:
-        jaxpr = flat.jaxpr.replace(outvars=outvars)
+        closed = closed.replace(jaxpr=closed.jaxpr.replace(outvars=outvars))
 
-        def forward(*inputs: Any) -> tuple:
-            res = jax.core.eval_jaxpr(jaxpr, flat.consts, *jax.tree.leaves(inputs))
-            return jax.tree.unflatten(outs_tree, res[:n_outs]), list(res[n_outs:])
+    def forward(*inputs: Any) -> tuple:  # the traced jaxpr: `fwd`'s Python runs once, above
+        res = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree.leaves(inputs))
+        return jax.tree.unflatten(outs_tree, res[:n_outs]), list(res[n_outs:])
 
     def rebuild(kept_res: list) -> Callable:
         full: list = [jax.numpy.zeros(a.shape, a.dtype) for a in leaves]  # unused: XLA drops
@@ -80,14 +79,9 @@ def slim(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
     return forward, rebuild
 
 
-def _has_broadcasts(jaxpr: Any) -> bool:
-    """Whether `jaxpr` broadcasts anywhere, nested calls included (else nothing to narrow)."""
-    for eqn in jaxpr.eqns:
-        inner = eqn.params.get("jaxpr")
-        if eqn.primitive.name == "broadcast_in_dim" or (
-                inner is not None and _has_broadcasts(getattr(inner, "jaxpr", inner))):
-            return True
-    return False
+def _is_var(atom: Any) -> bool:
+    """A jaxpr variable, not a literal (literals are unhashable, and never computed)."""
+    return not isinstance(atom, jex.Literal)
 
 
 def _inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list:
@@ -102,7 +96,7 @@ def _inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list:
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
         inner = eqn.params.get("jaxpr")
-        if eqn.primitive.name in _CALLS and inner is not None and not eqn.effects:
+        if eqn.primitive.name in CALLS and inner is not None and not eqn.effects:
             outs = _inlined(getattr(inner, "jaxpr", inner), getattr(inner, "consts", ()), ins)
         else:
             out = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
@@ -133,17 +127,17 @@ def _live_inputs(jaxpr: Any, live_out: Sequence[bool]) -> list[bool]:
     """Which inputs of `jaxpr` the outputs marked in `live_out` depend on: a backward walk that
     skips equations whose results nothing live reads (and that have no side effects), looking
     into nested jit calls (a vjp's transpose is one, reading every residual it is given)."""
-    live = {id(v) for v, keep in zip(jaxpr.outvars, live_out) if keep}
+    live = {v for v, keep in zip(jaxpr.outvars, live_out) if keep and _is_var(v)}
     for eqn in reversed(jaxpr.eqns):
-        outs = [id(v) in live for v in eqn.outvars]
+        outs = [v in live for v in eqn.outvars]
         if not (eqn.effects or any(outs)):
             continue
         inner = eqn.params.get("jaxpr")
         inner = getattr(inner, "jaxpr", inner)
-        if (not eqn.effects and eqn.primitive.name in _CALLS
+        if (not eqn.effects and eqn.primitive.name in CALLS
                 and inner is not None and len(inner.invars) == len(eqn.invars)):
             used = _live_inputs(inner, outs)
-            live.update(id(v) for v, u in zip(eqn.invars, used) if u)
+            live.update(v for v, u in zip(eqn.invars, used) if u and _is_var(v))
         else:
-            live.update(id(v) for v in eqn.invars)
-    return [id(v) in live for v in jaxpr.invars]
+            live.update(v for v in eqn.invars if _is_var(v))
+    return [v in live for v in jaxpr.invars]
