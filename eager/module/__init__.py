@@ -1,47 +1,40 @@
-"""Modules, as `import eager.module as M`."""
+"""Modules, as `import eager.module as M`, laid out as MegEngine's `megengine.module`: each
+file is MegEngine's of the same name (`conv.py`, `batchnorm.py`, `normalization.py`, ...), so
+`from eager.module.normalization import GroupNorm` works as MegEngine code writes it."""
 
 from . import init
-from .activation import ELU, Hardswish, LeakyReLU, PReLU, ReLU6, Softmax
-from .container import ModuleDict, ModuleList, Sequential
-from .fused import ConvBn2d, ConvBnRelu2d, ConvRelu2d
-from .layers import (
-    BatchNorm1d,
-    BatchNorm2d,
-    Conv1d,
-    Conv2d,
-    ConvTranspose2d,
-    Embedding,
-    GroupNorm,
-    LayerNorm,
-    Linear,
-    MultiHeadAttention,
-    SyncBatchNorm,
-)
-from .module import Module
-from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
-from .simple import (
+from .activation import (
+    ELU,
     GELU,
-    AdaptiveAvgPool2d,
-    AvgPool2d,
-    Dropout,
-    Dropout2d,
-    Flatten,
-    Identity,
-    MaxPool2d,
+    Hardswish,
+    LeakyReLU,
+    PReLU,
     ReLU,
+    ReLU6,
     Sigmoid,
     SiLU,
+    Softmax,
     Tanh,
-    Upsample,
 )
-from .vision import (
-    AdaptiveMaxPool2d,
-    Conv3d,
-    InstanceNorm,
-    LocalResponseNorm,
-    Pad,
-    PixelShuffle,
-)
+from .adaptive_pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d
+from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
+from .container import ModuleDict, ModuleList
+from .conv import Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d
+from .conv_bn import ConvBn2d, ConvBnRelu2d
+from .dropout import Dropout, Dropout2d
+from .embedding import Embedding
+from .identity import Identity
+from .linear import Linear
+from .lrn import LocalResponseNorm
+from .module import Module
+from .multiheadattn import MultiHeadAttention
+from .normalization import GroupNorm, InstanceNorm, LayerNorm
+from .padding import Pad
+from .pixel_shuffle import PixelShuffle
+from .pooling import AvgPool2d, MaxPool2d
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from .sequential import Sequential
+from .shape_layers import Flatten, Upsample
 
 __all__ = [
     "init", "Module", "Sequential", "ModuleList", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",

@@ -1,13 +1,27 @@
-"""Activation layers with an argument or a parameter: LeakyReLU, PReLU, ELU, Softmax, and the
-mobile-network pair ReLU6 and Hardswish. The argument-free classics live in `simple.py`."""
+"""Activation layers (MegEngine's `megengine.module.activation`): ReLU, GELU, SiLU, Sigmoid, Tanh,
+and those with an argument or a parameter: LeakyReLU, PReLU, ELU, Softmax, and the
+mobile-network pair ReLU6 and Hardswish."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from .. import functional as F
 from ..creation import full
 from ..errors import OpArgumentError
 from ..tensors import Parameter, Tensor
 from .module import Module
+
+
+def _activation(name: str, fn: Any, doc: str) -> type:
+    return type(name, (Module,), {"forward": lambda self, x: fn(x), "__doc__": doc})
+
+
+ReLU = _activation("ReLU", F.relu, "max(x, 0).")
+GELU = _activation("GELU", F.gelu, "The exact (erf) GELU.")
+SiLU = _activation("SiLU", F.silu, "x * sigmoid(x).")
+Sigmoid = _activation("Sigmoid", F.sigmoid, "1 / (1 + exp(-x)).")
+Tanh = _activation("Tanh", F.tanh, "tanh(x).")
 
 
 class LeakyReLU(Module):

@@ -1,8 +1,8 @@
-"""Containers: `Sequential` and `ModuleList` name their children by index, `ModuleDict` by key."""
+"""Containers beside `Sequential` (`sequential.py`): `ModuleList` names its children by index,
+`ModuleDict` by key."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -52,31 +52,6 @@ class ModuleList(_Indexed):
             self.append(m)
 
 
-class Sequential(_Indexed):
-    """Calls its modules in order. Takes modules, or one OrderedDict of name -> module."""
-
-    def __init__(self, *modules: Any):
-        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
-            super().__init__()
-            for name, m in modules[0].items():
-                setattr(self, name, m)
-        else:
-            super().__init__(modules)
-
-    @classmethod
-    def _of(cls, modules: list[Module]) -> Sequential:
-        return cls(*modules)
-
-    def _list(self) -> list[Module]:
-        return [v for k, v in self.__dict__.items() if isinstance(v, Module)]
-
-    def __len__(self) -> int:
-        return len(self._list())
-
-    def forward(self, x: Any) -> Any:
-        for m in self._list():
-            x = m(x)
-        return x
 
 
 class ModuleDict(Module):

@@ -30,8 +30,10 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..tensors import Tensor
-from .layers import LayerNorm, MultiHeadAttention, _ConvNd
+from .conv import _ConvNd
 from .module import Module, _per_channel
+from .multiheadattn import MultiHeadAttention
+from .normalization import LayerNorm
 from .rnn import _GATES, _RNNBase
 
 

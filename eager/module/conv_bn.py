@@ -1,4 +1,4 @@
-"""MegEngine's fused convolution modules: ConvRelu2d, ConvBn2d and ConvBnRelu2d.
+"""MegEngine's convolution-BatchNorm modules (`megengine.module.conv_bn`): ConvBn2d and ConvBnRelu2d.
 
 In float training and inference they compute exactly what their parts do; MegEngine's
 quantization workflow swaps them for fused quantized versions. ConvRelu2d is a Conv2d (its
@@ -10,15 +10,10 @@ from __future__ import annotations
 
 from .. import functional as F
 from ..tensors import Tensor
-from .layers import BatchNorm2d, Conv2d, Ints
+from ._params import Ints
+from .batchnorm import BatchNorm2d
+from .conv import Conv2d
 from .module import Module
-
-
-class ConvRelu2d(Conv2d):
-    """relu(Conv2d(x)): the arguments and parameters of `Conv2d`."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.relu(super().forward(x))
 
 
 class _ConvBnActivation2d(Module):

@@ -1,0 +1,127 @@
+"""Convolutions (MegEngine's `megengine.module.conv`): Conv1d, Conv2d, Conv3d, ConvTranspose2d
+and the fused ConvRelu2d."""
+
+from __future__ import annotations
+
+import math
+
+from .. import functional as F
+from ..errors import OpArgumentError
+from ..tensors import Tensor
+from ._params import Ints, _param, _tuple
+from .module import Module
+
+
+class _ConvNd(Module):
+    _n = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{type(self).__name__}: channels {in_channels} -> {out_channels} "
+                             f"are not divisible by groups={groups}")
+        n = self._n
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size, self.stride = _tuple(kernel_size, n), _tuple(stride, n)
+        self.padding, self.dilation = _tuple(padding, n), _tuple(dilation, n)
+        shape, fan_in = self._weight_shape()
+        self.weight = _param(shape, fan_in)
+        self.bias = _param((out_channels,), fan_in) if bias else None
+
+    def _weight_shape(self) -> tuple[tuple[int, ...], int]:
+        cin_g = self.in_channels // self.groups
+        return (self.out_channels, cin_g, *self.kernel_size), cin_g * math.prod(self.kernel_size)
+
+    def _extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution over (N, C, L); weight (out, in/groups, k)."""
+
+    _n = 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups)
+
+
+_PADDING_MODES = ("zeros", "reflect", "replicate")
+
+
+class Conv2d(_ConvNd):
+    """2-d convolution over NCHW; weight (out, in/groups, kh, kw).
+
+    `padding_mode` fills the `padding` border with zeros, the mirror image of the edge rows
+    ("reflect", the edge itself not repeated) or copies of the edge ("replicate"), as `F.pad`.
+    `conv_mode` and `compute_mode` are `F.conv2d`'s.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True,
+                 conv_mode: str = "cross_correlation", compute_mode: str = "default",
+                 padding_mode: str = "zeros"):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias)
+        self.conv_mode, self.compute_mode = conv_mode, compute_mode
+        self.padding_mode = _padding_mode(padding_mode)
+
+    def forward(self, x: Tensor) -> Tensor:
+        padding = self.padding
+        if _padding_mode(self.padding_mode) != "zeros":
+            (ph, pw), padding = padding, (0, 0)
+            x = F.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), self.padding_mode)
+        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+                        self.groups, self.conv_mode, self.compute_mode)
+
+
+def _padding_mode(mode: str) -> str:
+    if mode not in _PADDING_MODES:
+        raise OpArgumentError(f"Conv2d: padding_mode must be one of {_PADDING_MODES}, got "
+                              f"{mode!r}")
+    return mode
+
+
+class ConvTranspose2d(_ConvNd):
+    """Transposed 2-d convolution over NCHW; weight (in, out/groups, kh, kw)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, output_padding: Ints = 0, dilation: Ints = 1, groups: int = 1,
+                 bias: bool = True):
+        self.output_padding = _tuple(output_padding, 2)
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias)
+
+    def _weight_shape(self) -> tuple[tuple[int, ...], int]:
+        cout_g = self.out_channels // self.groups
+        return (self.in_channels, cout_g, *self.kernel_size), cout_g * math.prod(self.kernel_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.dilation, self.groups)
+
+
+class Conv3d(_ConvNd):
+    """3-d convolution over NCDHW; weight (out, in/groups, kd, kh, kw), bias (out,)."""
+
+    _n = 3
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True,
+                 conv_mode: str = "cross_correlation"):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias)
+        self.conv_mode = conv_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv3d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                        self.groups, self.conv_mode)
+
+
+class ConvRelu2d(Conv2d):
+    """relu(Conv2d(x)): the arguments and parameters of `Conv2d`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(super().forward(x))

@@ -1,0 +1,24 @@
+"""`Linear`: an affine map of the last axis (MegEngine's `megengine.module.linear`)."""
+
+from __future__ import annotations
+
+from .. import functional as F
+from ..tensors import Tensor
+from ._params import _param
+from .module import Module
+
+
+class Linear(Module):
+    """y = x @ weight.T + bias, weight (out_features, in_features), PyTorch-default init."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = _param((out_features, in_features), in_features)
+        self.bias = _param((out_features,), in_features) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def _extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
