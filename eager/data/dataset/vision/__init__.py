@@ -1,10 +1,15 @@
 """Image datasets: class folders (`ImageFolder`), MNIST and CIFAR-10/100 read from their
-distribution files, and their base `VisionDataset`."""
+distribution files, the detection datasets COCO, Objects365 and Pascal VOC read from their
+annotation files, and their base `VisionDataset`."""
 
-from .base import VisionDataset as VisionDataset
 from .cifar import CIFAR10 as CIFAR10
 from .cifar import CIFAR100 as CIFAR100
+from .coco import COCO as COCO
 from .folder import ImageFolder as ImageFolder
+from .meta_vision import VisionDataset as VisionDataset
 from .mnist import MNIST as MNIST
+from .objects365 import Objects365 as Objects365
+from .voc import PascalVOC as PascalVOC
 
-__all__ = ["CIFAR10", "CIFAR100", "MNIST", "ImageFolder", "VisionDataset"]
+__all__ = ["CIFAR10", "CIFAR100", "MNIST", "ImageFolder", "VisionDataset", "COCO", "Objects365",
+           "PascalVOC"]

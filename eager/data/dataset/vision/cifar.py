@@ -22,7 +22,7 @@ import numpy as np
 from ....errors import CheckpointError
 from ....pickle_reader import GLOBALS, _Dtype, finish, load
 from ...errors import DatasetNotFoundError
-from .base import PathLike, VisionDataset, default_root, not_found
+from .meta_vision import PathLike, VisionDataset, default_root, not_found
 
 
 class CIFAR10(VisionDataset):

@@ -9,7 +9,7 @@ import numpy as np
 
 from ....errors import CheckpointError
 from ...errors import DatasetNotFoundError
-from .base import PathLike, VisionDataset
+from .meta_vision import PathLike, VisionDataset
 
 IMG_EXT = (".jpg", ".png", ".jpeg", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 """The file name endings (any case) `ImageFolder` counts as images by default."""

@@ -1,5 +1,7 @@
 """What the image datasets share: `VisionDataset` (a root and the `order` of an item's fields),
-where a dataset's files go by default, and the error for files that are not there."""
+where a dataset's files go by default, the error for files that are not there, and reading an
+image file. (The module's name is MegEngine's, so `megengine.data.dataset.vision.meta_vision`
+imports port unchanged.)"""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import cv2
+import numpy as np
+
+from ....errors import CheckpointError
 from ...errors import DatasetNotFoundError
 from ..base import Dataset
 
@@ -29,6 +35,22 @@ def not_found(dataset: str, files: Sequence[str], root: str, source: str) -> Dat
         f"{dataset}: {', '.join(files)} not found in {where}. Datasets are never downloaded "
         f"here (download=True changes nothing): download {source}, put the files, as they are, "
         f"in {root}, or pass root= the directory that holds them")
+
+
+def read_image(dataset: str, path: str, flags: int = cv2.IMREAD_COLOR) -> np.ndarray:
+    """The image file at `path` as `cv2.imread(path, flags)` decodes it (by default HxWx3 uint8,
+    channels in BGR order), whatever its name's extension says; `dataset` names the dataset in
+    the errors: `DatasetNotFoundError` for a missing file, `CheckpointError` for one OpenCV
+    cannot decode (where `cv2.imread` itself returns None)."""
+    image = cv2.imread(path, flags)
+    if image is None:
+        if not os.path.isfile(path):
+            raise DatasetNotFoundError(f"{dataset}: {path} not found; the dataset's listing or "
+                                       "annotations name it: put the file back, or pass the "
+                                       "root= that holds it")
+        raise CheckpointError(f"{dataset}: OpenCV cannot decode {path} as an image; replace it "
+                              "with an intact copy")
+    return np.asarray(image)
 
 
 class VisionDataset(Dataset):
