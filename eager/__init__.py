@@ -10,7 +10,7 @@ jitted version and the backward its cached jitted vjp. `eager.hooks` is the docu
 capture (the `partial` package) uses to observe eager execution.
 """
 
-from . import amp, autodiff, distributed, functional, hooks, module, optimizer, random
+from . import amp, autodiff, config, distributed, functional, hooks, hub, module, optimizer, random
 from . import tensor as _tensor_module  # noqa: F401  (`eager.tensor` the module; see its docstring)
 from .autodiff import Function, GradManager, no_grad
 from .conv_switch import conv_rewrites, set_conv_rewrites
@@ -27,7 +27,7 @@ from .creation import (
     zeros,
     zeros_like,
 )
-from .device import get_default_device, set_default_device
+from .device import get_default_device, is_cuda_available, set_default_device
 from .errors import (
     AllocationError,
     AttachError,
@@ -41,6 +41,7 @@ from .errors import (
     OpTypeError,
     WorkerError,
 )
+from .logger import get_logger
 from .ops import OPS, Op, defop
 from .ragged import ragged_buckets, set_ragged_buckets
 from .ragged_dispatch import ragged_fallbacks
@@ -52,9 +53,9 @@ __all__ = [
     "eye", "zeros_like", "ones_like", "from_dlpack", "save", "load", "get_default_device",
     "set_default_device", "conv_rewrites", "set_conv_rewrites", "ragged_buckets",
     "set_ragged_buckets", "ragged_fallbacks", "distributed", "random",
-    "functional", "module", "optimizer", "amp",
+    "functional", "module", "optimizer", "amp", "hub",
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
     "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "OpIndexError",
     "AllocationError", "AttachError", "BackwardError", "CheckpointError", "DeviceError",
-    "DistributedError", "WorkerError",
+    "DistributedError", "WorkerError", "config", "is_cuda_available", "get_logger",
 ]

@@ -39,6 +39,7 @@ from .errors import (
 )
 from .export_format import Loaded, load
 from .function import TracedFunction
+from .megengine_alias import MegEngineAliasError, alias_megengine, unalias_megengine
 from .module import TracedModule
 from .persistent_cache import set_cache_dir
 from .persistent_cache import set_from_environment as _set_from_environment
@@ -49,6 +50,7 @@ __all__ = [
     "UnsupportedInRegionError", "InvalidTensorError", "NotDifferentiableError",
     "TracedFunction", "TracedModule", "CacheInfo", "set_cache_dir", "CacheDirError",
     "load", "Loaded", "ExportError", "ExportFileError",
+    "alias_megengine", "unalias_megengine", "MegEngineAliasError",
 ]
 
 _set_from_environment()

@@ -31,7 +31,8 @@ def test_every_example_on_the_page_runs(page, capsys):
 
 API_NAMESPACES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.autodiff",
                   "eager.amp", "eager.random", "eager.distributed", "eager.distributed.functional",
-                  "eager.data", "eager.data.dataset", "eager.data.transform", "partial"]
+                  "eager.data", "eager.data.dataset", "eager.data.transform", "eager.hub",
+                  "partial"]
 
 
 def test_the_api_reference_lists_every_public_name_and_nothing_else():

@@ -273,6 +273,7 @@ def interpolate(x: Any, size: int | Sequence[int] | None = None,
                 scale_factor: float | Sequence[float] | None = None, mode: str = "bilinear",
                 align_corners: bool | None = None) -> Tensor:
     """Resize NCHW `x` to `size` (an int or (h, w)) or by `scale_factor` (floor(h * s) rows).
+    `mode` is "nearest" or "bilinear", in either case (MegEngine's).
 
     "nearest" takes source row floor(i * h_in / h_out); "bilinear" mixes the two nearest rows
     and columns, with the corner pixels' centres aligned when `align_corners=True`, their outer
@@ -280,6 +281,7 @@ def interpolate(x: Any, size: int | Sequence[int] | None = None,
     source positions use h_in / h_out, as MegEngine does (PyTorch's `recompute_scale_factor=True`).
     """
     x = x if isinstance(x, Tensor) else Tensor(x)
+    mode = mode.lower() if isinstance(mode, str) else mode  # MegEngine takes "BILINEAR" too
     if mode not in _INTERPOLATE_MODES:
         raise bad_argument(f"interpolate: mode must be one of {_INTERPOLATE_MODES}, got "
                            f"{mode!r}.")
