@@ -20,8 +20,12 @@ from .tensor_methods import TensorMethods
 
 
 def _shape_arg(shape: Sequence) -> tuple:
+    """A shape given as sizes, one sequence of sizes, or (MegEngine) a 1-d int Tensor or array,
+    whose values are read."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
+    elif len(shape) == 1 and getattr(shape[0], "ndim", 0) == 1:
+        shape = np.asarray(shape[0]).tolist()
     return tuple(int(s) for s in shape)
 
 

@@ -61,6 +61,10 @@ class TracedModule(M.Module):
         self._module.train(mode)
         return self
 
+    def _set_training(self, mode: bool) -> None:
+        """A parent's `train()` reaches this wrapper, not the module inside: set that one's."""
+        object.__setattr__(self._module, "training", mode)
+
     def __getattr__(self, name: str) -> Any:
         if name in _OWN:  # not set yet (during unpickling): no recursion through the module
             raise AttributeError(name)

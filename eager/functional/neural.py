@@ -25,8 +25,11 @@ def _pair(v: int | Sequence[int], n: int = 2) -> tuple[int, ...]:
     return (int(v),) * n if isinstance(v, int) else tuple(int(i) for i in v)
 
 
-def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
-    """Matrix product with broadcasting over leading axes."""
+def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
+           compute_mode: str = "default") -> Tensor:
+    """Matrix product with broadcasting over leading axes. `compute_mode` is MegEngine's
+    ("default" or "float32": float16 products accumulated in float32, which XLA does anyway)."""
+    _compute_mode("matmul", compute_mode)
     if transpose_a:
         a = a.transpose(*range(a.ndim - 2), a.ndim - 1, a.ndim - 2)
     if transpose_b:
@@ -74,9 +77,15 @@ def _check_einsum(subscripts: str, shapes: list[tuple[int, ...]]) -> None:
             sizes[label] = max(seen, n)
 
 
-def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
-    """x @ weight.T + bias, with weight of shape (out, in)."""
+def linear(x: Any, weight: Any, bias: Any = None, compute_mode: str = "default") -> Tensor:
+    """x @ weight.T + bias, with weight of shape (out, in); `compute_mode` as `matmul`'s."""
+    _compute_mode("linear", compute_mode)
     return apply(OPS["linear"], x, weight, bias)
+
+
+def _compute_mode(fn: str, mode: str) -> None:
+    if mode not in _COMPUTE_MODES:
+        raise bad_argument(f"{fn}: compute_mode must be one of {_COMPUTE_MODES}, got {mode!r}.")
 
 
 def _conv(n: int, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,

@@ -190,23 +190,34 @@ def argsort(x: Any, descending: bool = False) -> Tensor:
     return apply(OPS["argsort"], x, descending=bool(descending))
 
 
-def topk(x: Any, k: int, descending: bool = True, kth_only: bool = False,
+def topk(x: Any, k: Any, descending: bool = True, kth_only: bool = False,
          no_sort: bool = False) -> tuple[Tensor, Tensor]:
     """(values, int32 indices) of the `k` largest entries along the last axis (the smallest with
     `descending=False`), in order; MegEngine's default is descending too. With `kth_only` only
     the k-th one: the last axis is dropped. `no_sort` allows any order; the result here is
     always sorted.
 
+    As in MegEngine, `k` may be a Tensor (its value is read), a `k` above the axis length gives
+    the whole axis sorted, and a negative `k` gives the `-k` entries from the other end, in the
+    order seen from there (`F.topk(x, -1)` is the smallest with `descending=True`).
+
     >>> import eager as eg, eager.functional as F
     >>> [t.numpy().tolist() for t in F.topk(eg.tensor([2.0, 4.0, 1.0, 3.0]), 2)]
     [[4.0, 3.0], [1, 3]]
+    >>> [t.numpy().tolist() for t in F.topk(eg.tensor([2.0, 4.0, 1.0, 3.0]), -2)]
+    [[1.0, 2.0], [2, 0]]
     """
     x = _t(x)
     n = _last_axis("topk", x)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
-        raise bad_argument(f"topk: k must be an int in [1, {n}] (the last axis of shape "
-                           f"{x.shape}), got {k!r}.")
-    return apply(OPS["topk"], x, k=int(k), descending=bool(descending), kth_only=bool(kth_only))
+    if isinstance(k, Tensor) and k.size == 1 and np.dtype(k.dtype).kind in "iu":
+        k = k.item()
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k == 0:
+        raise bad_argument(f"topk: k must be a nonzero int (or an int Tensor of one element), "
+                           f"got {k!r}, for the last axis of shape {x.shape}.")
+    if k < 0:
+        k, descending = -k, not descending
+    return apply(OPS["topk"], x, k=min(int(k), n), descending=bool(descending),
+                 kth_only=bool(kth_only))
 
 
 def _axis(fn: str, x: Tensor, axis: int) -> int:

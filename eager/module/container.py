@@ -62,7 +62,7 @@ class ModuleDict(Module):
     >>> d = M.ModuleDict({"a": M.Linear(2, 3)})
     >>> d["b"] = M.Linear(3, 1)
     >>> list(d.state_dict())
-    ['a.weight', 'a.bias', 'b.weight', 'b.bias']
+    ['a.bias', 'a.weight', 'b.bias', 'b.weight']
     """
 
     def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None):

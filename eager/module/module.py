@@ -1,7 +1,9 @@
 """`Module`: parameters, buffers and sub-modules found from attributes, with dotted names.
 
-Attributes are scanned in the order they were set; Tensors and Modules inside lists, tuples and
-dicts count too (named `attr.0`, `attr.key`). A `Parameter` is a parameter, any other Tensor a
+Attributes are scanned in sorted-name order, depth first, as MegEngine scans them (its state
+dicts and optimizer checkpoints depend on that order); Tensors and Modules inside lists, tuples
+and dicts count too (named `attr.0`, `attr.key`, dict keys sorted), and an object reachable
+under two names is found once, under the first. A `Parameter` is a parameter, any other Tensor a
 buffer. Setting a Tensor or Module attribute bumps `structure_version`; setting any attribute,
 or changing training mode, bumps `eager.hooks.epoch()`, which a capture's guards watch.
 """
@@ -23,13 +25,43 @@ def _is_state(v: Any) -> bool:
     return isinstance(v, (Tensor, Module))
 
 
+def _is_tensor(v: Any) -> bool:
+    return isinstance(v, Tensor)
+
+
+def _is_parameter(v: Any) -> bool:
+    return isinstance(v, Parameter)
+
+
+def _is_buffer(v: Any) -> bool:
+    return isinstance(v, Tensor) and not isinstance(v, Parameter)
+
+
+def _is_module(v: Any) -> bool:
+    return isinstance(v, Module)
+
+
+class TensorList(list):
+    """A list that is also an iterator over itself: MegEngine's `parameters()` is a generator
+    (`next(net.parameters())`), while list code adds and indexes the results. `next()` walks a
+    cursor of its own; `for` loops and indexing see the whole list every time."""
+
+    _cursor = 0
+
+    def __next__(self) -> Any:
+        if self._cursor >= len(self):
+            raise StopIteration
+        self._cursor += 1
+        return self[self._cursor - 1]
+
+
 class Module:
     """Base class of layers and models: subclass it and define `forward`.
 
     >>> import eager as eg, eager.module as M
     >>> net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 2))
     >>> [name for name, _ in net.named_parameters()]
-    ['0.weight', '0.bias', '2.weight', '2.bias']
+    ['0.bias', '0.weight', '2.bias', '2.weight']
     >>> net(eg.ones((3, 4))).shape
     (3, 2)
     """
@@ -63,64 +95,84 @@ class Module:
 
     # ----- discovery ------------------------------------------------------------------------
     def _items(self) -> Iterator[tuple[str, Any]]:
-        """(dotted name, Tensor or Module) for the direct attributes, lists and dicts expanded."""
-        for name, value in self.__dict__.items():
-            yield from _expand(name, value)
+        """(dotted name, Tensor or Module) for the direct attributes, lists and dicts expanded,
+        attributes in sorted-name order (MegEngine's)."""
+        for name in sorted(self.__dict__):
+            yield from _expand(name, self.__dict__[name])
+
+    def _walk(self, prefix: str, recursive: bool, seen: set[int]) -> Iterator[tuple[str, Any]]:
+        """Every Tensor and Module below this module, depth first in sorted-name order, each
+        once, under the first name it is reached by: MegEngine's order, which its state dicts
+        and optimizer checkpoints (stored by position) depend on. `seen` holds the ids of
+        objects the walk itself keeps alive, so no id is reused while it runs."""
+        for name, leaf in self._items():
+            if id(leaf) in seen:
+                continue
+            seen.add(id(leaf))
+            full = f"{prefix}.{name}" if prefix else name
+            yield full, leaf
+            if recursive and isinstance(leaf, Module):
+                yield from leaf._walk(full, recursive, seen)
+
+    def _named(self, want: Callable[[Any], bool], prefix: str | None, recursive: bool,
+               filters: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+        for name, leaf in self._walk(prefix or "", recursive, {id(self)}):
+            if want(leaf) and all(getattr(leaf, k, None) == v for k, v in filters.items()):
+                yield name, leaf
 
     def named_children(self) -> Iterator[tuple[str, Module]]:
-        for name, v in self._items():
-            if isinstance(v, Module):
-                yield name, v
+        """(name, Module) for the direct sub-modules, in sorted-name order."""
+        return self._named(_is_module, None, False, {})
 
-    def children(self) -> list[Module]:
-        return [m for _, m in self.named_children()]
+    def children(self) -> TensorList:
+        return TensorList(m for _, m in self.named_children())
 
     def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
-        seen: set[int] = set()
-        stack = [(prefix, self)]
-        while stack:
-            name, m = stack.pop(0)
-            if id(m) in seen:
-                continue
-            seen.add(id(m))
-            yield name, m
-            stack[:0] = [(f"{name}.{n}" if name else n, c) for n, c in m.named_children()]
+        """(dotted name, Module) for this module (named `prefix`) and every one below it, depth
+        first in sorted-name order, each once."""
+        yield prefix, self
+        yield from self._named(_is_module, prefix, True, {})
 
-    def modules(self) -> list[Module]:
-        return [m for _, m in self.named_modules()]
+    def modules(self) -> TensorList:
+        return TensorList(m for _, m in self.named_modules())
 
-    def _named_tensors(self, want_params: bool) -> Iterator[tuple[str, Tensor]]:
-        seen: set[int] = set()
-        for prefix, m in self.named_modules():
-            for name, v in m._items():
-                if isinstance(v, Tensor) and isinstance(v, Parameter) == want_params \
-                        and id(v) not in seen:
-                    seen.add(id(v))
-                    yield (f"{prefix}.{name}" if prefix else name), v
+    def named_parameters(self, prefix: str | None = None, recursive: bool = True,
+                         **filters: Any) -> Iterator[tuple[str, Parameter]]:
+        """(dotted name, Parameter), each parameter once, in MegEngine's order (see `_walk`).
+        `filters` keep the parameters whose attributes equal them (`requires_grad=True`)."""
+        return self._named(_is_parameter, prefix, recursive, filters)
 
-    def named_parameters(self) -> Iterator[tuple[str, Parameter]]:
-        """(dotted name, Parameter), each parameter once, in attribute order."""
-        # mypy cannot tell that `want_params=True` yields only Parameters
-        return self._named_tensors(True)  # type: ignore[return-value]
+    def parameters(self, recursive: bool = True, **filters: Any) -> TensorList:
+        """The parameters, as `named_parameters` orders and filters them: a list that is also
+        an iterator, so MegEngine's `next(net.parameters())` and list code such as
+        `a.parameters() + b.parameters()` both work."""
+        return TensorList(p for _, p in self.named_parameters(None, recursive, **filters))
 
-    def parameters(self) -> list[Parameter]:
-        """The parameters as a list (so `a.parameters() + b.parameters()` works)."""
-        return [p for _, p in self.named_parameters()]
-
-    def named_buffers(self) -> Iterator[tuple[str, Tensor]]:
+    def named_buffers(self, prefix: str | None = None, recursive: bool = True,
+                      **filters: Any) -> Iterator[tuple[str, Tensor]]:
         """(dotted name, Tensor) for tensors that are not Parameters (running statistics)."""
-        return self._named_tensors(False)
+        return self._named(_is_buffer, prefix, recursive, filters)
 
-    def buffers(self) -> list[Tensor]:
-        return [b for _, b in self.named_buffers()]
+    def buffers(self, recursive: bool = True, **filters: Any) -> TensorList:
+        return TensorList(b for _, b in self.named_buffers(None, recursive, **filters))
+
+    def named_tensors(self, prefix: str | None = None,
+                      recursive: bool = True) -> Iterator[tuple[str, Tensor]]:
+        """(dotted name, Tensor) for parameters and buffers together, in MegEngine's order: the
+        order of `state_dict()`."""
+        return self._named(_is_tensor, prefix, recursive, {})
 
     # ----- modes and state ------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         """Set training mode on this module and every sub-module; returns self."""
         for m in self.modules():
-            object.__setattr__(m, "training", bool(mode))
+            m._set_training(bool(mode))
         context.bump_epoch()
         return self
+
+    def _set_training(self, mode: bool) -> None:
+        """Set this module's own flag (a wrapper sets the module it wraps)."""
+        object.__setattr__(self, "training", mode)
 
     def eval(self) -> Module:
         return self.train(False)
@@ -164,8 +216,7 @@ class Module:
 
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
         """Parameters and buffers as numpy arrays, keyed by dotted name (MegEngine style)."""
-        items = list(self.named_parameters()) + list(self.named_buffers())
-        return OrderedDict((name, t.numpy()) for name, t in items)
+        return OrderedDict((name, t.numpy()) for name, t in self.named_tensors())
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
         """Copy values from `state` (name -> array or Tensor) into the parameters and buffers.
@@ -226,5 +277,5 @@ def _expand(name: str, value: Any) -> Iterator[tuple[str, Any]]:
         for i, v in enumerate(value):
             yield from _expand(f"{name}.{i}", v)
     elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _expand(f"{name}.{k}", v)
+        for k in sorted(value, key=str):
+            yield from _expand(f"{name}.{k}", value[k])

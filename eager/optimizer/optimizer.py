@@ -229,9 +229,9 @@ def _check_slot(key: str, i: int, got: tuple, want: tuple, param: tuple) -> None
         raise CheckpointError(
             f"load_state_dict: state {key!r} of parameter {i} has shape {got}, but this "
             f"optimizer's parameter {i} (shape {param}) keeps it as {want}. The state is matched "
-            "to the parameters by position; MegEngine numbers a module's parameters in the "
-            "order of their sorted names, so for a MegEngine checkpoint build the optimizer "
-            "over `[p for _, p in sorted(net.named_parameters())]`")
+            "to the parameters by position, as in MegEngine: build the optimizer over the "
+            "parameters in the order the checkpoint's optimizer had them (`net.parameters()` "
+            "gives MegEngine's order, by sorted name)")
 
 
 def require(ok: bool, owner: str, name: str, value: Any, need: str) -> None:

@@ -80,18 +80,20 @@ class Net(M.Module):
         self.step = eg.zeros(())
 
 
+# MegEngine's order: depth first, attributes by sorted name (checked against MegEngine 1.13)
 NET_PARAMS = [
+    "extra.proj.bias", "extra.proj.weight",
+    "heads.0.bias", "heads.0.weight", "heads.1.weight",
+    "layer1.0.bn1.bias", "layer1.0.bn1.weight", "layer1.0.conv1.weight",
+    "layer1.1.bn1.bias", "layer1.1.bn1.weight", "layer1.1.conv1.weight",
     "scale",
-    "layer1.0.conv1.weight", "layer1.0.bn1.weight", "layer1.0.bn1.bias",
-    "layer1.1.conv1.weight", "layer1.1.bn1.weight", "layer1.1.bn1.bias",
-    "heads.0.weight", "heads.0.bias", "heads.1.weight",
-    "extra.proj.weight", "extra.proj.bias",
 ]
 NET_BUFFERS = [
-    "step",
     "layer1.0.bn1.running_mean", "layer1.0.bn1.running_var",
     "layer1.1.bn1.running_mean", "layer1.1.bn1.running_var",
+    "step",
 ]
+NET_STATE = sorted(NET_PARAMS + NET_BUFFERS)  # one walk over both, as MegEngine's state_dict
 
 
 def test_named_parameters_use_dotted_index_names():
@@ -100,21 +102,22 @@ def test_named_parameters_use_dotted_index_names():
     assert names == NET_PARAMS
     assert [p for _, p in net.named_parameters()] == net.parameters()
     assert all(isinstance(p, eg.Parameter) for p in net.parameters())
-    assert net.parameters()[1] is net.layer1[0].conv1.weight
+    assert net.parameters()[7] is net.layer1[0].conv1.weight
+    assert next(net.parameters()) is net.extra["proj"].bias  # an iterator, as MegEngine's
 
 
 def test_named_buffers_hold_non_parameter_tensors():
     net = Net()
     assert [n for n, _ in net.named_buffers()] == NET_BUFFERS
     assert all(not isinstance(b, eg.Parameter) for b in net.buffers())
-    assert net.buffers()[1] is net.layer1[0].bn1.running_mean
+    assert net.buffers()[0] is net.layer1[0].bn1.running_mean
 
 
 def test_sequential_from_ordered_dict_names_children_by_key():
     seq = M.Sequential(OrderedDict([("fc", M.Linear(2, 3)), ("act", M.ReLU()),
                                     ("out", M.Linear(3, 1))]))
-    assert [n for n, _ in seq.named_parameters()] == ["fc.weight", "fc.bias", "out.weight",
-                                                      "out.bias"]
+    assert [n for n, _ in seq.named_parameters()] == ["fc.bias", "fc.weight", "out.bias",
+                                                      "out.weight"]
     assert len(seq) == 3
     assert isinstance(seq[1], M.ReLU)
 
@@ -133,7 +136,7 @@ def test_shared_parameter_and_module_listed_once():
     b.weight = a.weight
     seq = M.Sequential(a, b, a)
     names = [n for n, _ in seq.named_parameters()]
-    assert names == ["0.weight", "0.bias", "1.bias"]
+    assert names == ["0.bias", "0.weight", "1.bias"]
     assert len(seq.parameters()) == 3
     assert len(seq.modules()) == 3
     assert list(seq.state_dict()) == names
@@ -142,13 +145,13 @@ def test_shared_parameter_and_module_listed_once():
 def test_children_and_modules():
     net = Net()
     kids = net.children()
-    assert kids == [net.layer1, net.heads[0], net.heads[1], net.extra["proj"]]
+    assert kids == [net.extra["proj"], net.heads[0], net.heads[1], net.layer1]
     mods = net.modules()
     assert mods[0] is net
     assert len(mods) == 1 + 1 + 2 * 3 + 2 + 1
     assert {id(m) for m in mods} >= {id(net.layer1[1].bn1), id(net.extra["proj"])}
-    assert [n for n, _ in net.named_modules()][:4] == ["", "layer1", "layer1.0",
-                                                       "layer1.0.conv1"]
+    assert [n for n, _ in net.named_modules()][:6] == ["", "extra.proj", "heads.0", "heads.1",
+                                                       "layer1", "layer1.0"]
 
 
 def test_module_list_indexing_append_and_iteration():
@@ -157,7 +160,7 @@ def test_module_list_indexing_append_and_iteration():
     assert len(ml) == 3
     assert [type(m).__name__ for m in ml] == ["Linear", "ReLU", "Linear"]
     assert ml[-1].weight.shape == (4, 2)
-    assert [n for n, _ in ml.named_parameters()] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert [n for n, _ in ml.named_parameters()] == ["0.bias", "0.weight", "2.bias", "2.weight"]
     with pytest.raises(TypeError):
         ml.append(3)
 
@@ -202,10 +205,11 @@ def test_module_dict_names_children_by_key():
     d = M.ModuleDict({"enc": M.Linear(2, 3), "act": M.ReLU()})
     d["dec"] = M.Linear(3, 1)
     assert list(d) == ["enc", "act", "dec"] and len(d) == 3 and "act" in d
-    assert [n for n, _ in d.named_parameters()] == ["enc.weight", "enc.bias", "dec.weight",
-                                                    "dec.bias"]
+    # PyTorch's class: its entries in insertion order, each one's tensors in MegEngine's order
+    assert [n for n, _ in d.named_parameters()] == ["enc.bias", "enc.weight", "dec.bias",
+                                                    "dec.weight"]
     assert [n for n, _ in d.named_children()] == ["enc", "act", "dec"]
-    assert d["dec"].weight is d.parameters()[2]
+    assert d["dec"].weight is d.parameters()[3]
     assert isinstance(d["act"], M.ReLU) and list(d.keys()) == list(d)
 
     class Net(M.Module):
@@ -216,8 +220,8 @@ def test_module_dict_names_children_by_key():
 
     net = Net()
     assert list(net.state_dict()) == [
-        "heads.cls.weight", "heads.cls.bias", "heads.box.weight", "heads.box.bias",
-        "norm.weight", "norm.bias", "norm.running_mean", "norm.running_var"]
+        "heads.cls.bias", "heads.cls.weight", "heads.box.bias", "heads.box.weight",
+        "norm.bias", "norm.running_mean", "norm.running_var", "norm.weight"]
     other = Net()
     other.load_state_dict(net.state_dict())
     np.testing.assert_array_equal(other.heads["box"].weight.numpy(),
@@ -231,7 +235,7 @@ def test_module_dict_changes_are_seen():
     assert d.structure_version > v0
     replaced = M.Linear(1, 2)
     d["a"] = replaced
-    assert d.parameters()[0] is replaced.weight
+    assert d.parameters()[1] is replaced.weight
     assert d.pop("a") is replaced and len(d) == 0 and d.parameters() == []
     d.update({"b": M.ReLU()})
     del d["b"]
@@ -281,7 +285,7 @@ def test_frozen_submodule_gets_no_gradient(rng):
 def test_state_dict_is_numpy_and_round_trips(rng):
     src, dst = Net(), Net()
     state = src.state_dict()
-    assert list(state) == NET_PARAMS + NET_BUFFERS
+    assert list(state) == NET_STATE
     assert all(type(v) is np.ndarray for v in state.values())
     state["layer1.0.bn1.running_mean"] = normal(rng, 2)
     dst.load_state_dict(state)
@@ -596,6 +600,6 @@ def test_pooling_and_flatten_modules(rng):
 def test_sequential_forward_composes_modules(rng):
     net = M.Sequential(M.Linear(4, 5), M.ReLU(), M.Linear(5, 2))
     x = normal(rng, 3, 4).astype(np.float64)
-    w0, b0, w2, b2 = (p.numpy() for p in net.parameters())
+    b0, w0, b2, w2 = (p.numpy() for p in net.parameters())
     expected = np.maximum(x @ w0.T + b0, 0) @ w2.T + b2
     _close(net(eg.tensor(x.astype(np.float32))).numpy(), expected)

@@ -1,0 +1,140 @@
+"""Parity cases for what stopped MegEngine's model zoo here (issue: the zoo trains unchanged):
+parameter naming and order (sorted names, a module reachable twice named once), `parameters()`
+as an iterator with attribute filters, `topk` with a Tensor, negative or too large `k`, a
+Tensor as a shape, upper-case interpolation modes, `compute_mode` of `linear` and `matmul`,
+and the names scripts reach for (`get_logger`, `is_cuda_available`, `set_prealloc_config`,
+`core._config`)."""
+
+from __future__ import annotations
+
+import numpy as np
+from parity_cases import case, data
+
+
+def _fpn_like():
+    import megengine.module as M
+
+    class Neck(M.Module):
+        """The zoo's FPN keeps each conv under its own name and in a list."""
+
+        def __init__(self):
+            super().__init__()
+            self.fpn_lateral3 = M.Conv2d(2, 2, 1)
+            self.fpn_output3 = M.Conv2d(2, 2, 3, padding=1)
+            self.lateral_convs = [self.fpn_lateral3]
+            self.output_convs = [self.fpn_output3]
+            self.body = M.Sequential(*[M.Linear(2, 2, bias=i % 2 == 0) for i in range(11)])
+            self.bn = M.BatchNorm2d(2)
+            self.alias = self.bn
+
+        def forward(self, x):
+            return x
+
+    return Neck()
+
+
+@case()
+def parameter_and_state_dict_order_as_megengine() -> dict:
+    net = _fpn_like()
+    return {"params": [n for n, _ in net.named_parameters()],
+            "buffers": [n for n, _ in net.named_buffers()],
+            "state": list(net.state_dict()),
+            "modules": [n for n, _ in net.named_modules()],
+            "children": [n for n, _ in net.named_children()],
+            "count": len(list(net.parameters())),
+            "recursive_false": [n for n, _ in net.body.named_parameters(recursive=False)],
+            "prefixed": [n for n, _ in net.bn.named_parameters(prefix="bn")]}
+
+
+@case()
+def next_of_parameters_is_the_first_in_order() -> dict:
+    import megengine.module as M
+
+    net = M.Sequential(M.Linear(2, 3), M.Linear(3, 1))
+    first = next(net.parameters())
+    return {"shape": list(first.shape), "is_first": first is net[0].bias,
+            "with_requires_grad": len(list(net.parameters(requires_grad=True)))}
+
+
+@case()
+def state_dict_of_megengine_loads_by_name_and_order() -> dict:
+    """Values only (flattened): per-channel tensors are (C,) here, (1, C, 1, 1) in MegEngine."""
+    src, dst = _fpn_like(), _fpn_like()
+    src.load_state_dict({n: np.full(t.shape, float(i), "float32")
+                         for i, (n, t) in enumerate(src.state_dict().items())})
+    dst.load_state_dict(src.state_dict())
+    return {n: p.numpy().reshape(-1) for n, p in dst.named_parameters()}
+
+
+@case()
+def topk_with_megengine_k() -> dict:
+    import megengine as mge
+    import megengine.functional as F
+
+    x = mge.tensor(np.array([[2.0, 4.0, 1.0, 3.0], [5.0, 0.0, 7.0, 1.0]], "float32"))
+    out = {}
+    for name, k in (("above", 6), ("negative", -1), ("negative2", -2), ("tensor", mge.tensor(2)),
+                    ("tensor_negative", mge.tensor(-1)), ("tensor_above", mge.tensor(9))):
+        for descending in (True, False):
+            v, i = F.topk(x, k, descending=descending)
+            kv, ki = F.topk(x, k, descending=descending, kth_only=True)
+            out[f"{name}_{descending}"] = {"values": v.numpy(), "indices": i.numpy(),
+                                           "kth": kv.numpy(), "kth_index": ki.numpy()}
+    return out
+
+
+@case()
+def zoo_label_sampler_topk_with_tensor_k() -> dict:
+    """The detection zoo's `sample_labels`: k = num_samples - mask.sum(), a negative Tensor."""
+    import megengine as mge
+    import megengine.functional as F
+
+    labels = mge.tensor(np.array([1, 1, 0, 1, 1, 1, -1, 1], "int32"))
+    mask = labels == 1
+    scores = mge.tensor(np.linspace(0.1, 0.8, 8).astype("float32")) * mask.astype("float32")
+    _, drop = F.topk(scores, k=2 - mask.sum())
+    return {"drop": np.sort(drop.numpy())}
+
+
+@case()
+def reshape_to_a_shape_tensor() -> dict:
+    import megengine as mge
+    import megengine.functional as F
+
+    x = mge.tensor(data(2, 6))
+    shape = mge.tensor(np.array([3, 4], "int32"))
+    return {"method": x.reshape(shape).numpy(), "function": F.reshape(x, shape).numpy(),
+            "minus_one": x.reshape(mge.tensor(np.array([-1, 2], "int32"))).numpy()}
+
+
+@case()
+def interpolate_upper_case_mode() -> dict:
+    import megengine as mge
+    import megengine.functional as F
+
+    x = mge.tensor(data(1, 2, 3, 3))
+    return {"bilinear": F.nn.interpolate(x, scale_factor=2, mode="BILINEAR").numpy(),
+            "nearest": F.vision.interpolate(x, size=(5, 4), mode="Nearest").numpy()}
+
+
+@case()
+def linear_and_matmul_compute_mode() -> dict:
+    import megengine as mge
+    import megengine.functional as F
+
+    x, w = mge.tensor(data(3, 4)), mge.tensor(data(2, 4, seed=1))
+    # "float32" (for float16 inputs) fails in MegEngine 1.13 on the CPU with an AsyncError
+    return {"linear": F.linear(x, w, None, "default").numpy(),
+            "matmul": F.matmul(x, w, transpose_b=True, compute_mode="default").numpy()}
+
+
+@case()
+def names_scripts_reach_for() -> dict:
+    import megengine as mge
+    from megengine.core import _config
+
+    logger = mge.get_logger("zoo")
+    logger.setLevel("INFO")
+    mge.device.set_prealloc_config(1024, 1024, 256 * 1024 * 1024, 4.0)
+    return {"logger": hasattr(logger, "info"), "cuda": mge.is_cuda_available(),
+            "config": hasattr(_config, "_compute_mode")}
