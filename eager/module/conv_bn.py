@@ -1,4 +1,5 @@
-"""MegEngine's convolution-BatchNorm modules (`megengine.module.conv_bn`): ConvBn2d and ConvBnRelu2d.
+"""MegEngine's convolution-BatchNorm modules (`megengine.module.conv_bn`): ConvBn2d and
+ConvBnRelu2d.
 
 In float training and inference they compute exactly what their parts do; MegEngine's
 quantization workflow swaps them for fused quantized versions. ConvRelu2d is a Conv2d (its
