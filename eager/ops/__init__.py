@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401  (they register the ops)
     ctc,
+    detection,
     elementwise,
     linalg,
     losses,

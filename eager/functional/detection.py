@@ -1,0 +1,178 @@
+"""Detection functions of MegEngine's `F.vision` (and `F.nn`): RoI align, RoI pooling and
+non-maximum suppression, with MegEngine 1.13's signatures and rules.
+
+A RoI is a row (batch index, x0, y0, x1, y1) of a (K, 5) tensor; its batch index names an image
+of the input (a value outside [0, N) reads an unspecified image). RoIs get no gradient, as in
+MegEngine; the input does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import ragged as _ragged
+from ..errors import OpTypeError
+from ..indexing import mask_indices
+from ..op_errors import bad_argument, number
+from ..ops import OPS
+from ..tensors import Tensor, apply
+from .shape import _count, _t
+from .vision_ops import _float_input, _ints
+
+_MODES = ("average", "max")
+
+
+def _mode(fn: str, mode: Any) -> str:
+    if not isinstance(mode, str) or mode.lower() not in _MODES:
+        raise bad_argument(f"{fn}: mode must be 'max' or 'average', got {mode!r:.60}.")
+    return mode.lower()
+
+
+def _real(fn: str, t: Tensor, what: str) -> None:
+    if np.dtype(t.dtype).kind not in "fiuV":  # V: bfloat16
+        raise bad_argument(f"{fn}: {what} has dtype {np.dtype(t.dtype)}; it must hold numbers.",
+                           OpTypeError)
+
+
+def _rois(fn: str, x: Tensor, rois: Any) -> Tensor:
+    """The (K, 5) RoIs as float32, detached (they carry no gradient); `x` must be NCHW."""
+    rois = _t(rois)
+    if x.ndim != 4:
+        raise bad_argument(f"{fn}: needs an NCHW (4-d) input, got shape {x.shape}.")
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise bad_argument(f"{fn}: rois must have shape (K, 5), rows (batch index, x0, y0, x1, "
+                           f"y1); got shape {rois.shape}.")
+    _real(fn, rois, "rois")
+    return rois.detach().astype(np.float32)
+
+
+def _output_shape(fn: str, output_shape: Any) -> tuple[int, ...]:
+    shape = _ints(fn, "output_shape", output_shape, 2)
+    if min(shape) < 0:
+        raise bad_argument(f"{fn}: output_shape must be (height, width) >= 0, got {shape}.")
+    return shape
+
+
+def roi_align(inp: Any, rois: Any, output_shape: Any, mode: str = "average",
+              spatial_scale: float = 1.0, sample_points: Any = 2,
+              aligned: bool = True) -> Tensor:
+    """RoI align (Mask R-CNN): (K, C, height, width) features of the K RoIs of `rois` over NCHW
+    `inp`, each bin the average (or, mode="max", the maximum) of its bilinear samples.
+
+    Args:
+        inp: (N, C, H, W) features; computed in float32, as in MegEngine.
+        rois: (K, 5), rows (batch index, x0, y0, x1, y1) in input coordinates.
+        output_shape: (height, width) of the bins, or one int for both.
+        mode: "average" or "max".
+        spatial_scale: multiplies the RoIs' corners (e.g. 1 / 16 for a stride-16 map).
+        sample_points: samples per bin along (y, x), or one int for both; at least 1.
+        aligned: shift the scaled corners by -0.5 (pixel centres at integer coordinates).
+
+    Returns:
+        (K, C, height, width) float32; a sample's neighbours outside the image count as 0.
+
+    >>> import eager as eg, eager.functional as F
+    >>> x = eg.tensor([[[[0.0, 1.0], [2.0, 3.0]]]])
+    >>> F.vision.roi_align(x, eg.tensor([[0.0, 0.5, 0.5, 1.5, 1.5]]), 1).numpy().tolist()
+    [[[[1.5]]]]
+    """
+    x = _t(inp)
+    boxes = _rois("roi_align", x, rois)
+    shape = _output_shape("roi_align", output_shape)
+    samples = _ints("roi_align", "sample_points", sample_points, 2)
+    if min(samples) < 1:
+        raise bad_argument(f"roi_align: sample_points must be >= 1 along each axis, got "
+                           f"{samples}; MegEngine documents 0 as 'sample densely', but its "
+                           "kernels then return zeros: pass a count (2 is the default).")
+    if x.dtype != np.float32:
+        x = x.astype(np.float32)
+    return apply(OPS["roi_align"], x, boxes, output_shape=shape, mode=_mode("roi_align", mode),
+                 spatial_scale=number(spatial_scale, "spatial_scale"),
+                 offset=0.5 if aligned else 0.0, sample_points=samples)
+
+
+def roi_pooling(inp: Any, rois: Any, output_shape: Any, mode: str = "max",
+                scale: float = 1.0) -> Tensor:
+    """RoI pooling (Fast R-CNN): (K, C, height, width) features of the K RoIs of `rois` over
+    NCHW `inp`, each bin the maximum (or, mode="average", the mean) of the pixels it covers.
+
+    Args:
+        inp: (N, C, H, W) float features.
+        rois: (K, 5), rows (batch index, x0, y0, x1, y1) in input coordinates.
+        output_shape: (height, width) of the bins, or one int for both.
+        mode: "max" or "average".
+        scale: multiplies the RoIs' corners, which are then rounded to pixels (halves away
+            from zero); a RoI covers both corner pixels, at least one pixel.
+
+    Returns:
+        (K, C, height, width) in the input's dtype; a bin outside the image is 0.
+
+    >>> import eager as eg, eager.functional as F
+    >>> x = eg.tensor([[[[0.0, 1.0], [2.0, 3.0]]]])
+    >>> F.vision.roi_pooling(x, eg.tensor([[0.0, 0.0, 0.0, 1.0, 1.0]]), 1).numpy().tolist()
+    [[[[3.0]]]]
+    """
+    x = _t(inp)
+    boxes = _rois("roi_pooling", x, rois)
+    _float_input("roi_pooling", x)
+    return apply(OPS["roi_pooling"], x, boxes, output_shape=_output_shape("roi_pooling",
+                                                                          output_shape),
+                 mode=_mode("roi_pooling", mode), scale=number(scale, "scale"))
+
+
+def nms(boxes: Any, scores: Any, iou_thresh: float, max_output: int | None = None) -> Tensor:
+    """Non-maximum suppression: the int32 indices of the boxes kept, by descending score.
+
+    Going down the boxes by score (equal scores: the later box first, as in MegEngine), a box
+    is kept unless its IoU with a box already kept is above `iou_thresh`; at most `max_output`
+    are kept (all that survive when None). The IoU is computed in float32.
+
+    Args:
+        boxes: (N, 4), rows (x0, y0, x1, y1).
+        scores: (N,).
+        iou_thresh: the IoU above which the lower-scored box is dropped.
+        max_output: the most boxes to keep, >= 1; None: no limit.
+
+    Returns:
+        A 1-d int32 tensor of positions in `boxes`. Its length depends on the values: it is
+        a selection like `x[mask]`'s (`eager/ragged.py`), so a `partial_trace` region can
+        index with it and reduce, but not return it.
+
+    >>> import eager as eg, eager.functional as F
+    >>> boxes = eg.tensor([[0.0, 0.0, 2.0, 2.0], [0.0, 0.0, 2.0, 1.9], [3.0, 3.0, 4.0, 4.0]])
+    >>> F.vision.nms(boxes, eg.tensor([0.5, 0.9, 0.7]), iou_thresh=0.5).numpy().tolist()
+    [1, 2]
+    """
+    boxes, scores = _t(boxes), _t(scores)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise bad_argument(f"nms: boxes must have shape (N, 4), rows (x0, y0, x1, y1); got "
+                           f"shape {boxes.shape}.")
+    if scores.ndim != 1 or scores.shape[0] != boxes.shape[0]:
+        raise bad_argument(f"nms: scores must have shape (N,) with one score per box, got "
+                           f"shape {scores.shape} for boxes of shape {boxes.shape}.")
+    _real("nms", boxes, "boxes")
+    _real("nms", scores, "scores")
+    n = boxes.shape[0]
+    limit = n
+    if max_output is not None:
+        limit = _ints("nms", "max_output", max_output, 1)[0]
+        if limit < 1:
+            raise bad_argument(f"nms: max_output must be >= 1 (or None: no limit), got "
+                               f"{limit}.")
+    order, keep = apply(OPS["nms_keep"], boxes.detach(), scores.detach(),
+                        iou_thresh=number(iou_thresh, "iou_thresh"), max_output=min(limit, n))
+    return _kept(order, keep)
+
+
+def _kept(order: Tensor, keep: Tensor) -> Tensor:
+    """`order[keep]`: a count-sized selection, as `F.cond_take` makes one."""
+    what = "F.nms() (its output size is the number of boxes kept)"
+    if _ragged.enabled():
+        (index,) = mask_indices(keep, what)
+        return apply(OPS["getitem"], order, index, spec=("#",))
+    return apply(OPS["cond_take"], keep, order, size=_count(keep, "F.nms()"))[0]
+
+
+__all__ = ["roi_align", "roi_pooling", "nms"]
