@@ -34,7 +34,7 @@ class TracedModule(M.Module):
     >>> lin = M.Linear(3, 2)
     >>> fast = partial_trace(lin)
     >>> isinstance(fast, M.Module), fast.weight is lin.weight, list(fast.state_dict())
-    (True, True, ['weight', 'bias'])
+    (True, True, ['bias', 'weight'])
     >>> fast(eg.ones((4, 3))).shape
     (4, 2)
     """

@@ -142,6 +142,31 @@ def test_shared_parameter_and_module_listed_once():
     assert list(seq.state_dict()) == names
 
 
+def test_a_module_reachable_twice_is_named_by_its_first_name_in_sorted_order():
+    """The zoo's FPN keeps each conv as `fpn_lateral3` and in the list `lateral_convs`:
+    MegEngine names it once, by the name that sorts first, and so does this project."""
+    class Neck(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.lateral_convs = [M.Linear(1, 1)]
+            self.fpn_lateral3 = self.lateral_convs[0]
+
+    names = [n for n, _ in Neck().named_parameters()]
+    assert names == ["fpn_lateral3.bias", "fpn_lateral3.weight"]
+    assert list(Neck().state_dict()) == names
+
+
+def test_parameters_filter_by_attribute_and_iterate_with_next():
+    net = M.Sequential(M.Linear(2, 2), M.Linear(2, 1))
+    net[0].requires_grad_(False)
+    params = net.parameters(requires_grad=True)
+    assert params == [net[1].bias, net[1].weight]
+    assert next(params) is net[1].bias and next(params) is net[1].weight
+    with pytest.raises(StopIteration):
+        next(params)
+    assert len(net.parameters() + net.parameters()) == 8
+
+
 def test_children_and_modules():
     net = Net()
     kids = net.children()
