@@ -23,8 +23,9 @@ class _BatchNorm(Module):
     float32 and come back in their own dtype. `track_running_stats` is read at each call, so
     turning it off later means: batch statistics in training and in eval, and no update of the
     running statistics (MegEngine; PyTorch would still use existing buffers in eval). The
-    running statistics and the affine parameters have shape (C,), and `state_dict()` gives them
-    so; MegEngine's (1, C, 1, 1) load as well (`Module.load_state_dict`).
+    running statistics and the affine parameters have MegEngine's shape (1, C, 1, 1) (code such
+    as `bn.running_var[...] = v * ones((1, C, 1, 1))` runs as written), and `state_dict()` gives
+    them as (C,), as MegEngine's does; either layout loads (`Module.load_state_dict`).
 
     With `freeze=True` (MegEngine's; read at each call) it normalizes with the running
     statistics in training too, never updates them, and passes no gradient to `weight` and
@@ -41,10 +42,11 @@ class _BatchNorm(Module):
                                   "running statistics, so it needs track_running_stats=True")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats, self.freeze = affine, track_running_stats, freeze
-        self.weight = Parameter(ones(num_features)) if affine else None
-        self.bias = Parameter(zeros(num_features)) if affine else None
-        self.running_mean = zeros(num_features) if track_running_stats else None
-        self.running_var = ones(num_features) if track_running_stats else None
+        shape = (1, num_features, 1, 1)  # MegEngine's, for every input rank
+        self.weight = Parameter(ones(shape)) if affine else None
+        self.bias = Parameter(zeros(shape)) if affine else None
+        self.running_mean = zeros(shape) if track_running_stats else None
+        self.running_var = ones(shape) if track_running_stats else None
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in self._ndims:
@@ -85,6 +87,10 @@ class _BatchNorm(Module):
 
     def _extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+    def _state_array(self, t: Tensor) -> np.ndarray:
+        """MegEngine's BatchNorm state dict holds its per-channel tensors flattened, (C,)."""
+        return t.numpy().reshape(-1)
 
 
 class BatchNorm1d(_BatchNorm):

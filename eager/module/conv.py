@@ -27,7 +27,8 @@ class _ConvNd(Module):
         self.padding, self.dilation = _tuple(padding, n), _tuple(dilation, n)
         shape, fan_in = self._weight_shape()
         self.weight = _param(shape, fan_in)
-        self.bias = _param((out_channels,), fan_in) if bias else None
+        # MegEngine's layout, (1, out, 1, ...): its code and optimizer checkpoints rely on it
+        self.bias = _param((1, out_channels) + (1,) * n, fan_in) if bias else None
 
     def _weight_shape(self) -> tuple[tuple[int, ...], int]:
         cin_g = self.in_channels // self.groups

@@ -100,23 +100,25 @@ class Module:
         for name in sorted(self.__dict__):
             yield from _expand(name, self.__dict__[name])
 
-    def _walk(self, prefix: str, recursive: bool, seen: set[int]) -> Iterator[tuple[str, Any]]:
+    def _walk(self, prefix: str, recursive: bool,
+              seen: set[int]) -> Iterator[tuple[str, Any, Module]]:
         """Every Tensor and Module below this module, depth first in sorted-name order, each
-        once, under the first name it is reached by: MegEngine's order, which its state dicts
-        and optimizer checkpoints (stored by position) depend on. `seen` holds the ids of
-        objects the walk itself keeps alive, so no id is reused while it runs."""
+        once, under the first name it is reached by, with the module that holds it: MegEngine's
+        order, which its state dicts and optimizer checkpoints (stored by position) depend on.
+        `seen` holds the ids of objects the walk itself keeps alive, so no id is reused while
+        it runs."""
         for name, leaf in self._items():
             if id(leaf) in seen:
                 continue
             seen.add(id(leaf))
             full = f"{prefix}.{name}" if prefix else name
-            yield full, leaf
+            yield full, leaf, self
             if recursive and isinstance(leaf, Module):
                 yield from leaf._walk(full, recursive, seen)
 
     def _named(self, want: Callable[[Any], bool], prefix: str | None, recursive: bool,
                filters: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-        for name, leaf in self._walk(prefix or "", recursive, {id(self)}):
+        for name, leaf, _ in self._walk(prefix or "", recursive, {id(self)}):
             if want(leaf) and all(getattr(leaf, k, None) == v for k, v in filters.items()):
                 yield name, leaf
 
@@ -215,8 +217,16 @@ class Module:
         return self
 
     def state_dict(self) -> OrderedDict[str, np.ndarray]:
-        """Parameters and buffers as numpy arrays, keyed by dotted name (MegEngine style)."""
-        return OrderedDict((name, t.numpy()) for name, t in self.named_tensors())
+        """Parameters and buffers as numpy arrays, keyed by dotted name, in MegEngine's order
+        and layouts (BatchNorm's per-channel tensors as (C,), as MegEngine stores them)."""
+        return OrderedDict((name, owner._state_array(t))
+                           for name, t, owner in self._walk("", True, {id(self)})
+                           if isinstance(t, Tensor))
+
+    def _state_array(self, t: Tensor) -> np.ndarray:
+        """How `state_dict()` stores this module's tensor `t`: as it is, unless a layer stores
+        it in another layout (as MegEngine's do)."""
+        return t.numpy()
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
         """Copy values from `state` (name -> array or Tensor) into the parameters and buffers.
@@ -265,9 +275,16 @@ class Module:
 
 
 def _per_channel(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
-    """Whether `got` is MegEngine's (1, C, 1, ..., 1) layout of a 1-d tensor of shape (C,)."""
-    return len(want) == 1 and len(got) >= 2 and got[1] == want[0] \
-        and all(d == 1 for i, d in enumerate(got) if i != 1)
+    """Whether `got` and `want` are two layouts of one per-channel vector: PyTorch's (C,) and
+    MegEngine's (1, C, 1, ..., 1), either way round (also between two such shapes)."""
+    def channels(shape: tuple[int, ...]) -> int | None:
+        if len(shape) == 1:
+            return shape[0]
+        ok = len(shape) >= 3 and all(d == 1 for i, d in enumerate(shape) if i != 1)
+        return shape[1] if ok else None
+
+    c = channels(want)
+    return got != want and c is not None and channels(got) == c
 
 
 def _expand(name: str, value: Any) -> Iterator[tuple[str, Any]]:

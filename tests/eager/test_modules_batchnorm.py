@@ -49,8 +49,8 @@ def test_batchnorm_train_output_and_running_stats(rng, cls, shape):
         x64 = x.astype(np.float64)
         run_mean = 0.9 * run_mean + 0.1 * x64.mean(axis=axes)
         run_var = 0.9 * run_var + 0.1 * x64.var(axis=axes) * n / (n - 1)
-        np.testing.assert_allclose(bn.running_mean.numpy(), run_mean, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(bn.running_var.numpy(), run_var, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(bn.running_mean.numpy().ravel(), run_mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(bn.running_var.numpy().ravel(), run_var, rtol=1e-5, atol=1e-6)
 
 
 def test_batchnorm_custom_momentum(rng):
@@ -58,9 +58,9 @@ def test_batchnorm_custom_momentum(rng):
     x = normal(rng, 3, 2, 2, 2)
     bn(eg.tensor(x))
     x64 = x.astype(np.float64)
-    np.testing.assert_allclose(bn.running_mean.numpy(), 0.5 * x64.mean(axis=(0, 2, 3)), rtol=1e-5,
+    np.testing.assert_allclose(bn.running_mean.numpy().ravel(), 0.5 * x64.mean(axis=(0, 2, 3)), rtol=1e-5,
                                atol=1e-6)
-    np.testing.assert_allclose(bn.running_var.numpy(), 0.5 + 0.5 * x64.var(axis=(0, 2, 3), ddof=1),
+    np.testing.assert_allclose(bn.running_var.numpy().ravel(), 0.5 + 0.5 * x64.var(axis=(0, 2, 3), ddof=1),
                                rtol=1e-5, atol=1e-6)
 
 
@@ -74,8 +74,8 @@ def test_batchnorm_eval_uses_running_stats_and_does_not_update(rng):
     expected = (x - per_channel(mean, 4)) / np.sqrt(per_channel(var, 4) + 1e-3) \
         * per_channel(w, 4) + per_channel(b, 4)
     np.testing.assert_allclose(bn(eg.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(bn.running_mean.numpy(), mean)
-    np.testing.assert_array_equal(bn.running_var.numpy(), var)
+    np.testing.assert_array_equal(bn.running_mean.numpy().ravel(), mean)
+    np.testing.assert_array_equal(bn.running_var.numpy().ravel(), var)
 
 
 def test_batchnorm_without_running_stats_always_uses_batch_stats(rng):
@@ -151,9 +151,9 @@ def test_batchnorm_low_precision_input_keeps_its_dtype(rng, cls, shape, dtype):
     np.testing.assert_allclose(np.asarray(out.numpy(), np.float32), normalize_ref(x32, axes),
                                rtol=tol, atol=tol)
     n = x32.size // 3
-    np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * x32.mean(axis=axes), rtol=1e-5,
+    np.testing.assert_allclose(bn.running_mean.numpy().ravel(), 0.1 * x32.mean(axis=axes), rtol=1e-5,
                                atol=1e-6)
-    np.testing.assert_allclose(bn.running_var.numpy(),
+    np.testing.assert_allclose(bn.running_var.numpy().ravel(),
                                0.9 + 0.1 * x32.astype(np.float64).var(axis=axes) * n / (n - 1),
                                rtol=1e-5)
     bn.eval()
@@ -179,20 +179,20 @@ def test_batchnorm_track_running_stats_read_at_call_time(rng, cls):
     bn = cls(3)
     x = normal(rng, 4, 3, 2, 2) * 3 + 2
     bn(eg.tensor(x))
-    mean, var = bn.running_mean.numpy(), bn.running_var.numpy()
+    mean, var = bn.running_mean.numpy().ravel(), bn.running_var.numpy().ravel()
     bn.track_running_stats = False
     for mode in (True, False):  # batch statistics in training and in eval, no update
         bn.train(mode)
         np.testing.assert_allclose(bn(eg.tensor(x)).numpy(), normalize_ref(x, (0, 2, 3)), atol=1e-5)
-        np.testing.assert_array_equal(bn.running_mean.numpy(), mean)
-        np.testing.assert_array_equal(bn.running_var.numpy(), var)
+        np.testing.assert_array_equal(bn.running_mean.numpy().ravel(), mean)
+        np.testing.assert_array_equal(bn.running_var.numpy().ravel(), var)
     bn.track_running_stats = True
     bn.eval()
     expected = (x - mean.reshape(1, 3, 1, 1)) / np.sqrt(var.reshape(1, 3, 1, 1) + 1e-5)
     np.testing.assert_allclose(bn(eg.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-5)
     bn.train()
     bn(eg.tensor(x))
-    assert not np.allclose(bn.running_mean.numpy(), mean)
+    assert not np.allclose(bn.running_mean.numpy().ravel(), mean)
 
 
 def test_batchnorm_turning_tracking_on_without_buffers_is_an_error(rng):
@@ -223,23 +223,25 @@ def test_batchnorm_loads_megengine_shaped_state(rng):
         + mge["bias"]
     np.testing.assert_allclose(bn.eval()(eg.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-6)
     bn.load_state_dict(state)  # (C,) still loads; and round-trips
-    np.testing.assert_array_equal(bn.running_var.numpy(), state["running_var"])
+    np.testing.assert_array_equal(bn.running_var.numpy().ravel(), state["running_var"])
     bn1d = M.BatchNorm1d(3)
     bn1d.load_state_dict({"running_mean": mge["running_mean"][..., 0]}, strict=False)
-    np.testing.assert_array_equal(bn1d.running_mean.numpy(), mge["running_mean"].reshape(3))
+    np.testing.assert_array_equal(bn1d.running_mean.numpy().ravel(), mge["running_mean"].reshape(3))
 
 
 def test_megengine_conv_bias_loads_and_wrong_shapes_still_raise(rng):
     conv = M.Conv2d(2, 3, 1)
+    assert conv.bias.shape == (1, 3, 1, 1)  # MegEngine's layout
     bias = normal(rng, 1, 3, 1, 1)
     conv.load_state_dict({"bias": bias}, strict=False)
-    assert conv.bias.shape == (3,)
-    np.testing.assert_array_equal(conv.bias.numpy(), bias.reshape(3))
+    np.testing.assert_array_equal(conv.bias.numpy(), bias)
+    conv.load_state_dict({"bias": bias.reshape(3) * 2}, strict=False)  # PyTorch's (C,)
+    np.testing.assert_array_equal(conv.bias.numpy(), bias * 2)
     bn = M.BatchNorm2d(3)
     for shape in [(1, 4, 1, 1), (2, 3, 1, 1), (1, 1, 1, 3), (3, 1), (1, 3, 2)]:
         with pytest.raises(ValueError, match="shape"):
             bn.load_state_dict({"running_mean": np.zeros(shape, np.float32)}, strict=False)
-    with pytest.raises(ValueError, match="shape"):  # only 1-d targets take the channel layout
+    with pytest.raises(ValueError, match="shape"):  # a (1, C) matrix is not a channel vector
         M.Linear(3, 1).load_state_dict({"weight": np.zeros((1, 3, 1, 1), np.float32)},
                                        strict=False)
 

@@ -34,17 +34,18 @@ def _shapes(module):
 
 
 def test_state_dict_names_and_shapes():
-    """MegEngine's names; per-channel vectors are (C,), and grouped weights (out, in/groups,
-    ...), as the project's Conv2d keeps them (MegEngine's layouts load too)."""
+    """MegEngine's names; a conv bias is (1, C, 1, ...) as MegEngine's, a norm's affine vectors
+    (C,); grouped weights (out, in/groups, ...), as the project's Conv2d keeps them (MegEngine's
+    grouped layout loads too)."""
     assert _shapes(M.InstanceNorm(3)) == {"weight": (3,), "bias": (3,)}
     assert _shapes(M.InstanceNorm(3, affine=False)) == {}
     # the layers' shapes of the other tests: each new parameter shape costs a compiled draw
     assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2)) == {"weight": (4, 1, 2, 1, 2),
-                                                            "bias": (4,)}
+                                                            "bias": (1, 4, 1, 1, 1)}
     assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2, bias=False)) == {"weight": (4, 1, 2, 1, 2)}
-    assert _shapes(M.ConvRelu2d(3, 4, 3)) == {"weight": (4, 3, 3, 3), "bias": (4,)}
+    assert _shapes(M.ConvRelu2d(3, 4, 3)) == {"weight": (4, 3, 3, 3), "bias": (1, 4, 1, 1)}
     bn = {"bn.weight": (4,), "bn.bias": (4,), "bn.running_mean": (4,), "bn.running_var": (4,)}
-    assert _shapes(M.ConvBn2d(3, 4, 3)) == {"conv.weight": (4, 3, 3, 3), "conv.bias": (4,), **bn}
+    assert _shapes(M.ConvBn2d(3, 4, 3)) == {"conv.weight": (4, 3, 3, 3), "conv.bias": (1, 4, 1, 1), **bn}
     assert _shapes(M.ConvBnRelu2d(3, 4, 3, bias=False)) == {"conv.weight": (4, 3, 3, 3), **bn}
     for layer in (M.Pad(((0, 0), (1, 1))), M.PixelShuffle(2), M.LocalResponseNorm(),
                   M.AdaptiveMaxPool2d(2)):
@@ -117,8 +118,8 @@ def test_fused_conv_modules(rng):
         conv = model.conv(eg.tensor(x)).numpy()
         want, mean, var = _bn_train_ref(conv.astype(np.float64), 0.8, np.zeros(4), np.ones(4))
         assert_close(model(eg.tensor(x)), act(want), 1e-4, 1e-4, f"{cls.__name__} training")
-        assert_close(model.bn.running_mean, mean, **TOL, what="running mean")
-        assert_close(model.bn.running_var, var, **TOL, what="running var")
+        assert_close(model.bn.running_mean.reshape(-1), mean, **TOL, what="running mean")
+        assert_close(model.bn.running_var.reshape(-1), var, **TOL, what="running var")
     relu = M.ConvRelu2d(3, 4, 3, stride=(1, 2), padding=(2, 1))
     want = np.maximum(conv2d_ref(x, relu.weight.numpy(), relu.bias.numpy(), (1, 2), (2, 1)), 0)
     assert_close(relu(eg.tensor(x)), want, **TOL, what="ConvRelu2d")
@@ -140,7 +141,7 @@ def test_batchnorm_freeze(rng):
     want = ((x.numpy() - stats["running_mean"].reshape(1, 3, 1, 1)) * scale.reshape(1, 3, 1, 1)
             + stats["bias"].reshape(1, 3, 1, 1))
     assert_close(y, want, **TOL, what="frozen output")
-    assert_close(bn.running_mean, stats["running_mean"], 0, 0, "running_mean kept")
+    assert_close(bn.running_mean.reshape(-1), stats["running_mean"], 0, 0, "running_mean kept")
     assert bn.weight.grad is None and bn.bias.grad is None
     assert_close(x.grad, np.broadcast_to(scale.reshape(1, 3, 1, 1), x.shape), **TOL,
                  what="input gradient")

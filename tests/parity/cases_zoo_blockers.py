@@ -58,12 +58,35 @@ def next_of_parameters_is_the_first_in_order() -> dict:
 
 @case()
 def state_dict_of_megengine_loads_by_name_and_order() -> dict:
-    """Values only (flattened): per-channel tensors are (C,) here, (1, C, 1, 1) in MegEngine."""
     src, dst = _fpn_like(), _fpn_like()
     src.load_state_dict({n: np.full(t.shape, float(i), "float32")
                          for i, (n, t) in enumerate(src.state_dict().items())})
     dst.load_state_dict(src.state_dict())
-    return {n: p.numpy().reshape(-1) for n, p in dst.named_parameters()}
+    return {n: p.numpy() for n, p in dst.named_parameters()}
+
+
+@case()
+def per_channel_tensors_in_megengine_shapes() -> dict:
+    """MegEngine's own test_frozen_bn writes BatchNorm statistics as (1, C, 1, 1) tensors;
+    conv biases are (1, C, 1, 1) too, and BatchNorm's state dict holds (C,)."""
+    import megengine as mge
+    import megengine.functional as F
+    import megengine.module as M
+
+    bn = M.BatchNorm2d(3, freeze=True)
+    bn.running_mean[...] = 0.5 * F.ones((1, 3, 1, 1))
+    bn.running_var[...] = 2.0 * F.ones((1, 3, 1, 1))
+    bn.weight[...] = F.full((1, 3, 1, 1), 1.5)
+    y = bn(mge.tensor(data(2, 3, 2, 2)))
+    conv = M.Conv2d(2, 3, 1)
+    conv1d, conv3d = M.Conv1d(2, 3, 1), M.Conv3d(2, 3, 1)
+    return {"y": y.numpy(),
+            "shapes": {"bn": {k: list(v.shape) for k, v in bn.state_dict().items()},
+                       "bn_tensors": [list(t.shape) for t in (bn.weight, bn.running_mean)],
+                       "bn1d": [list(M.BatchNorm1d(3).running_var.shape)],
+                       "conv_bias": [list(conv.bias.shape), list(conv1d.bias.shape),
+                                     list(conv3d.bias.shape)],
+                       "conv_state": {k: list(v.shape) for k, v in conv.state_dict().items()}}}
 
 
 @case()
