@@ -58,10 +58,10 @@ def test_batchnorm_custom_momentum(rng):
     x = normal(rng, 3, 2, 2, 2)
     bn(eg.tensor(x))
     x64 = x.astype(np.float64)
-    np.testing.assert_allclose(bn.running_mean.numpy().ravel(), 0.5 * x64.mean(axis=(0, 2, 3)), rtol=1e-5,
-                               atol=1e-6)
-    np.testing.assert_allclose(bn.running_var.numpy().ravel(), 0.5 + 0.5 * x64.var(axis=(0, 2, 3), ddof=1),
+    np.testing.assert_allclose(bn.running_mean.numpy().ravel(), 0.5 * x64.mean(axis=(0, 2, 3)),
                                rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.running_var.numpy().ravel(),
+                               0.5 + 0.5 * x64.var(axis=(0, 2, 3), ddof=1), rtol=1e-5, atol=1e-6)
 
 
 def test_batchnorm_eval_uses_running_stats_and_does_not_update(rng):
@@ -151,8 +151,8 @@ def test_batchnorm_low_precision_input_keeps_its_dtype(rng, cls, shape, dtype):
     np.testing.assert_allclose(np.asarray(out.numpy(), np.float32), normalize_ref(x32, axes),
                                rtol=tol, atol=tol)
     n = x32.size // 3
-    np.testing.assert_allclose(bn.running_mean.numpy().ravel(), 0.1 * x32.mean(axis=axes), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(bn.running_mean.numpy().ravel(), 0.1 * x32.mean(axis=axes),
+                               rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(bn.running_var.numpy().ravel(),
                                0.9 + 0.1 * x32.astype(np.float64).var(axis=axes) * n / (n - 1),
                                rtol=1e-5)

@@ -45,7 +45,8 @@ def test_state_dict_names_and_shapes():
     assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2, bias=False)) == {"weight": (4, 1, 2, 1, 2)}
     assert _shapes(M.ConvRelu2d(3, 4, 3)) == {"weight": (4, 3, 3, 3), "bias": (1, 4, 1, 1)}
     bn = {"bn.weight": (4,), "bn.bias": (4,), "bn.running_mean": (4,), "bn.running_var": (4,)}
-    assert _shapes(M.ConvBn2d(3, 4, 3)) == {"conv.weight": (4, 3, 3, 3), "conv.bias": (1, 4, 1, 1), **bn}
+    assert _shapes(M.ConvBn2d(3, 4, 3)) == {"conv.weight": (4, 3, 3, 3), "conv.bias": (1, 4, 1, 1),
+                                            **bn}
     assert _shapes(M.ConvBnRelu2d(3, 4, 3, bias=False)) == {"conv.weight": (4, 3, 3, 3), **bn}
     for layer in (M.Pad(((0, 0), (1, 1))), M.PixelShuffle(2), M.LocalResponseNorm(),
                   M.AdaptiveMaxPool2d(2)):
