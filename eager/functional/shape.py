@@ -54,7 +54,17 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
 
 
 def concat(inps: Sequence[Any], axis: int = 0) -> Tensor:
-    """Join tensors along an existing axis."""
+    """Join tensors along an existing axis. Among 1-d pieces, a Python number counts as one
+    element, so shape arithmetic as MegEngine's model zoo writes it works
+    (`F.concat([shape[:-2], hidden_size])`).
+
+    >>> import eager as eg, eager.functional as F
+    >>> F.concat([eg.tensor([2, 3, 4])[:-1], 5]).numpy().tolist()
+    [2, 3, 5]
+    """
+    inps = list(inps)
+    if all(isinstance(t, (int, float, np.number)) or np.ndim(t) == 1 for t in inps):
+        inps = [[t] if isinstance(t, (int, float, np.number)) else t for t in inps]
     return apply(OPS["concat"], *inps, axis=int(axis))
 
 

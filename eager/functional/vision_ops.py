@@ -151,5 +151,28 @@ def local_response_norm(x: Any, kernel_size: int = 5, k: float = 2.0, alpha: flo
                  alpha=number(alpha, "alpha"), beta=number(beta, "beta"))
 
 
+def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                     output_padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """Transposed 3-d convolution over NCDHW with weight (in, out / groups, kd, kh, kw): the
+    gradient of `conv3d` with respect to its input (MegEngine's `F.conv_transpose3d`)."""
+    x, weight, groups = _t(x), _t(weight), int(groups)
+    attrs = {name: _ints("conv_transpose3d", name, value, 3) for name, value in (
+        ("stride", stride), ("padding", padding), ("output_padding", output_padding),
+        ("dilation", dilation))}
+    if x.ndim != 5 or weight.ndim != 5 or groups < 1 or x.shape[1] != weight.shape[0] \
+            or weight.shape[0] % groups:
+        raise bad_argument(f"conv_transpose3d: needs a 5-d (N, C, D, H, W) input and a 5-d "
+                           f"(in, out / groups, kd, kh, kw) weight with in = C divisible by "
+                           f"groups={groups}, got shapes {x.shape} and {weight.shape}.")
+    _float_input("conv_transpose3d", x)
+    _float_input("conv_transpose3d", weight, "weight")
+    if min(attrs["stride"] + attrs["dilation"]) < 1 or min(attrs["padding"]) < 0 \
+            or any(op >= max(s, d) for op, s, d in zip(attrs["output_padding"], attrs["stride"],
+                                                         attrs["dilation"])):
+        raise bad_argument(f"conv_transpose3d: stride and dilation must be >= 1, padding >= 0 "
+                           f"and output_padding below stride or dilation, got {attrs}.")
+    return apply(OPS["conv_transpose"], x, weight, bias, groups=groups, **attrs)
+
+
 __all__ = ["instance_norm", "adaptive_max_pool2d", "pixel_shuffle", "conv3d",
-           "local_response_norm"]
+           "conv_transpose3d", "local_response_norm"]

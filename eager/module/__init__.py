@@ -19,7 +19,7 @@ from .activation import (
 from .adaptive_pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d
 from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from .container import ModuleDict, ModuleList
-from .conv import Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d
+from .conv import Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d
 from .conv_bn import ConvBn2d, ConvBnRelu2d
 from .dropout import Dropout, Dropout2d
 from .embedding import Embedding
@@ -44,5 +44,5 @@ __all__ = [
     "ELU", "Softmax", "ReLU6", "Hardswish", "Dropout2d", "Upsample", "RNNCell", "LSTMCell",
     "GRUCell", "RNN", "LSTM", "GRU",
     "InstanceNorm", "AdaptiveMaxPool2d", "Pad", "PixelShuffle", "LocalResponseNorm", "Conv3d",
-    "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d",
+    "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d", "ConvTranspose3d",
 ]

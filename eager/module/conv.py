@@ -105,7 +105,7 @@ class ConvTranspose2d(_ConvNd):
 
 
 class Conv3d(_ConvNd):
-    """3-d convolution over NCDHW; weight (out, in/groups, kd, kh, kw), bias (out,)."""
+    """3-d convolution over NCDHW; weight (out, in/groups, kd, kh, kw), bias (1, out, 1, 1, 1)."""
 
     _n = 3
 
@@ -119,6 +119,25 @@ class Conv3d(_ConvNd):
     def forward(self, x: Tensor) -> Tensor:
         return F.conv3d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                         self.groups, self.conv_mode)
+
+
+class ConvTranspose3d(_ConvNd):
+    """Transposed 3-d convolution over NCDHW; weight (in, out/groups, kd, kh, kw)."""
+
+    _n = 3
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, output_padding: Ints = 0, dilation: Ints = 1, groups: int = 1,
+                 bias: bool = True):
+        self.output_padding = _tuple(output_padding, 3)
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias)
+
+    _weight_shape = ConvTranspose2d._weight_shape
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding, self.dilation, self.groups)
 
 
 class ConvRelu2d(Conv2d):

@@ -31,7 +31,8 @@ def _channel(v, ndim):
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-_CONV_DIMS = {3: ("NCH", "OIH", "NCH"), 4: ("NCHW", "OIHW", "NCHW")}
+_CONV_DIMS = {3: ("NCH", "OIH", "NCH"), 4: ("NCHW", "OIHW", "NCHW"),
+              5: ("NCDHW", "OIDHW", "NCDHW")}
 
 
 def _conv_options(**_attrs):
@@ -57,7 +58,7 @@ def conv_transpose(x, weight, bias, *, stride, padding, output_padding, dilation
     # flipped kernel, whose (in, out/groups) layout is regrouped to (out, in/groups).
     cin, cout_g, *k = weight.shape
     w = weight.reshape((groups, cin // groups, cout_g, *k)).swapaxes(1, 2)
-    w = w.reshape((groups * cout_g, cin // groups, *k))[..., ::-1, ::-1]
+    w = jnp.flip(w.reshape((groups * cout_g, cin // groups, *k)), range(2, 2 + len(k)))
     pads = [
         (d * (kk - 1) - p, d * (kk - 1) - p + op)
         for kk, p, op, d in zip(k, padding, output_padding, dilation)

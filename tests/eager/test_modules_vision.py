@@ -265,3 +265,21 @@ def test_upsample_needs_exactly_one_of_size_and_scale():
         M.Upsample()
     with pytest.raises(eg.OpArgumentError, match="exactly one"):
         M.Upsample(size=4, scale_factor=2)
+
+
+def test_conv_transpose3d_is_the_input_gradient_of_conv3d(rng):
+    """MegEngine's ConvTranspose3d (the zoo's BigGAN imports it), grouped and strided."""
+    m = M.ConvTranspose3d(4, 6, (2, 3, 1), stride=(2, 1, 2), padding=(0, 1, 0),
+                          output_padding=(1, 0, 1), groups=2)
+    assert m.weight.shape == (4, 3, 2, 3, 1) and m.bias.shape == (1, 6, 1, 1, 1)
+    x = normal(rng, 2, 4, 3, 4, 5)
+    y = m(eg.tensor(x))
+    w = m.weight.numpy()
+
+    def conv(z):
+        return jax.lax.conv_general_dilated(z, w, (2, 1, 2), [(0, 0), (1, 1), (0, 0)],
+                                            dimension_numbers=("NCDHW", "OIDHW", "NCDHW"),
+                                            feature_group_count=2)
+
+    _, vjp = jax.vjp(conv, jnp.zeros((2, 6, *y.shape[2:]), jnp.float32))
+    assert_close(y, vjp(x)[0] + m.bias.numpy(), 1e-5, 1e-5, "ConvTranspose3d")

@@ -161,3 +161,21 @@ def names_scripts_reach_for() -> dict:
     mge.device.set_prealloc_config(1024, 1024, 256 * 1024 * 1024, 4.0)
     return {"logger": hasattr(logger, "info"), "cuda": mge.is_cuda_available(),
             "config": hasattr(_config, "_compute_mode")}
+
+
+@case(rtol=1e-4, atol=1e-5)
+def conv_transpose3d_module_and_gradients() -> dict:
+    """BigGAN's spectral norm (the multimodal zoo) imports `M.ConvTranspose3d`."""
+    import megengine as mge
+    import megengine.module as M
+    from megengine.autodiff import GradManager
+
+    m = M.ConvTranspose3d(3, 2, (2, 3, 1), stride=(2, 1, 2), padding=(0, 1, 0))
+    m.load_state_dict({"weight": data(3, 2, 2, 3, 1, seed=2), "bias": data(1, 2, 1, 1, 1, seed=3)})
+    x = mge.tensor(data(2, 3, 3, 4, 5))
+    gm = GradManager().attach([x, m.weight, m.bias])
+    with gm:
+        y = m(x)
+        gm.backward((y * y).sum())
+    return {"y": y.numpy(), "dx": x.grad.numpy(), "dw": m.weight.grad.numpy(),
+            "db": m.bias.grad.numpy(), "shapes": [list(m.weight.shape), list(m.bias.shape)]}
