@@ -19,6 +19,7 @@ import numpy as np
 from .. import context
 from ..device import commit
 from ..tensors import Parameter, Tensor, rebind
+from .hooks import HookDict, HookHandler, run_with_hooks
 
 
 def _is_state(v: Any) -> bool:
@@ -72,6 +73,8 @@ class Module:
     def __init__(self) -> None:
         object.__setattr__(self, "training", True)
         object.__setattr__(self, "structure_version", 0)
+        object.__setattr__(self, "_forward_pre_hooks", HookDict())
+        object.__setattr__(self, "_forward_hooks", HookDict())
         if (h := context.current()) is not None:
             h.module_created(self)
 
@@ -88,10 +91,31 @@ class Module:
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
+    def __delattr__(self, name: str) -> None:
+        old = self.__dict__.get(name)
+        if (h := context.current()) is not None:
+            h.module_setattr(self, name, old, None)
+        object.__delattr__(self, name)
+        version = self.__dict__.get("structure_version", 0) + 1
+        object.__setattr__(self, "structure_version", version)
+        context.bump_epoch()
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if (h := context.current()) is not None:
             h.module_call(self)
+        if self.__dict__.get("_forward_pre_hooks") or self.__dict__.get("_forward_hooks"):
+            return run_with_hooks(self, self.forward, args, kwargs)
         return self.forward(*args, **kwargs)
+
+    def register_forward_pre_hook(self, hook: Callable) -> HookHandler:
+        """Run `hook(module, inputs)` before each `forward`; a result other than None replaces
+        the inputs (a tuple, or one value). Returns a handle whose `remove()` unregisters it."""
+        return HookHandler(self.__dict__.setdefault("_forward_pre_hooks", HookDict()), hook)
+
+    def register_forward_hook(self, hook: Callable) -> HookHandler:
+        """Run `hook(module, inputs, output)` after each `forward`; a result other than None
+        replaces the output. Returns a handle whose `remove()` unregisters it."""
+        return HookHandler(self.__dict__.setdefault("_forward_hooks", HookDict()), hook)
 
     # ----- discovery ------------------------------------------------------------------------
     def _items(self) -> Iterator[tuple[str, Any]]:

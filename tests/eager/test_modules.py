@@ -628,3 +628,26 @@ def test_sequential_forward_composes_modules(rng):
     b0, w0, b2, w2 = (p.numpy() for p in net.parameters())
     expected = np.maximum(x @ w0.T + b0, 0) @ w2.T + b2
     _close(net(eg.tensor(x.astype(np.float32))).numpy(), expected)
+
+
+def test_forward_hooks_replace_inputs_and_outputs_and_come_off():
+    """MegEngine's (and PyTorch's) forward hooks; the zoo's spectral norm is a pre-hook."""
+    lin = M.Linear(2, 2)
+    seen = []
+    pre = lin.register_forward_pre_hook(lambda m, inputs: (inputs[0] * 0,))
+    post = lin.register_forward_hook(lambda m, inputs, out: seen.append(out.shape))
+    y = lin(eg.ones((3, 2)))
+    np.testing.assert_allclose(y.numpy(), np.broadcast_to(lin.bias.numpy(), (3, 2)))
+    assert seen == [(3, 2)]
+    pre.remove()
+    post.remove()
+    pre.remove()  # a second remove does nothing
+    assert not lin._forward_pre_hooks and not lin._forward_hooks and seen == [(3, 2)]
+
+
+def test_deleting_a_parameter_attribute_is_seen():
+    lin = M.Linear(2, 2)
+    version = lin.structure_version
+    del lin.bias
+    assert [n for n, _ in lin.named_parameters()] == ["weight"]
+    assert lin.structure_version > version

@@ -179,3 +179,31 @@ def conv_transpose3d_module_and_gradients() -> dict:
         gm.backward((y * y).sum())
     return {"y": y.numpy(), "dx": x.grad.numpy(), "dw": m.weight.grad.numpy(),
             "db": m.bias.grad.numpy(), "shapes": [list(m.weight.shape), list(m.bias.shape)]}
+
+
+@case()
+def forward_hooks_as_the_zoo_uses_them() -> dict:
+    """The multimodal zoo's spectral norm: a pre-hook that sets a weight before each call."""
+    import megengine as mge
+    import megengine.module as M
+
+    lin = M.Linear(2, 3)
+    lin.load_state_dict({"weight": data(3, 2), "bias": data(3, seed=1)})
+    calls = []
+
+    def scale_input(module, inputs):
+        calls.append("pre")
+        return (inputs[0] * 2,)
+
+    def add_one(module, inputs, output):
+        calls.append("post")
+        return output + 1
+
+    h1 = lin.register_forward_pre_hook(scale_input)
+    h2 = lin.register_forward_hook(add_one)
+    x = mge.tensor(data(4, 2, seed=2))
+    hooked = lin(x).numpy()
+    h1.remove()
+    h2.remove()
+    return {"hooked": hooked, "plain": lin(x).numpy(), "calls": calls,
+            "pre_left": len(lin._forward_pre_hooks), "post_left": len(lin._forward_hooks)}

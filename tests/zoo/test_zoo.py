@@ -63,7 +63,8 @@ ROOT = HERE.parents[1]
 INTERPRETER = os.environ.get("MEGENGINE_PYTHON")
 MODELS = os.environ.get("MEGENGINE_MODELS")
 
-MODEL_NAMES = ("resnet18", "retinanet", "fcos", "atss", "freeanchor", "faster_rcnn")
+MODEL_NAMES = ("resnet18", "retinanet", "fcos", "atss", "freeanchor", "faster_rcnn",
+               "shufflenet_v2_x0_5", "bert", "deeplabv3plus", "simplebaseline_res50", "clip")
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
 GRAD_REL_L2 = 1e-3
 # see the module docstring: float32 rounding amplified, measured against float64
@@ -105,9 +106,27 @@ pytestmark = [pytest.mark.parity,
 def _inputs(name: str, work: Path) -> None:
     """The fixed inputs of `name`'s step, as `.npy` files both interpreters read."""
     rng = np.random.RandomState(0)
-    if name == "resnet18":
+    if name in ("resnet18", "shufflenet_v2_x0_5"):
         np.save(work / "image.npy", rng.rand(2, 3, 224, 224).astype("float32"))
         np.save(work / "label.npy", np.array([3, 771], "int32"))
+        return
+    if name == "bert":
+        np.save(work / "input_ids.npy", rng.randint(0, 100, (2, 16)).astype("int32"))
+        np.save(work / "token_type_ids.npy", np.array([[0] * 10 + [1] * 6] * 2, "int32"))
+        np.save(work / "attention_mask.npy", np.array([[1] * 16, [1] * 12 + [0] * 4], "int32"))
+        np.save(work / "label.npy", np.array([0, 1], "int32"))
+        return
+    if name == "deeplabv3plus":
+        np.save(work / "image.npy", rng.rand(1, 3, 64, 64).astype("float32"))
+        np.save(work / "label.npy", rng.randint(0, 21, (1, 64, 64)).astype("int32"))
+        return
+    if name == "simplebaseline_res50":
+        np.save(work / "image.npy", rng.rand(1, 3, 128, 96).astype("float32"))
+        return
+    if name == "clip":
+        np.save(work / "image.npy", rng.rand(2, 3, 32, 32).astype("float32"))
+        np.save(work / "text.npy", rng.randint(1, 100, (2, 8)).astype("int32"))
+        np.save(work / "label.npy", np.array([0, 1], "int32"))
         return
     batch, height, width = 2, 128, 128
     np.save(work / "image.npy", (rng.rand(batch, 3, height, width) * 255).astype("float32"))
@@ -120,7 +139,8 @@ def _inputs(name: str, work: Path) -> None:
 
 def _side(python: str, side: str, name: str, work: Path) -> dict[str, Any]:
     out = work / f"{side}.json"
-    env = {**os.environ, "MEGENGINE_MODELS": str(Path(MODELS).expanduser().resolve())}
+    env = {**os.environ, "MEGENGINE_MODELS": str(Path(MODELS).expanduser().resolve()),
+           "MGE_HOME": str(work / "mge_home")}  # pretrained backbones: see runner.py
     done = subprocess.run([python, str(HERE / "runner.py"), side, name, str(work), str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"{name}: {side} runner failed:\n{done.stderr[-3000:]}"
