@@ -174,5 +174,52 @@ def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, pad
     return apply(OPS["conv_transpose"], x, weight, bias, groups=groups, **attrs)
 
 
+def _window_attrs(fn: str, kernel_size: Any, padding: Any, stride: Any,
+                  dilation: Any) -> dict[str, tuple[int, ...]]:
+    attrs = {"kernel": _ints(fn, "kernel_size", kernel_size, 2),
+             "padding": _ints(fn, "padding", padding, 2), "stride": _ints(fn, "stride", stride, 2),
+             "dilation": _ints(fn, "dilation", dilation, 2)}
+    if min(attrs["kernel"] + attrs["stride"] + attrs["dilation"]) < 1 \
+            or min(attrs["padding"]) < 0:
+        raise bad_argument(f"{fn}: kernel_size, stride and dilation must be >= 1 and padding "
+                           f">= 0, got {attrs}.")
+    return attrs
+
+
+def sliding_window(x: Any, kernel_size: Any, padding: Any = 0, stride: Any = 1,
+                   dilation: Any = 1) -> Tensor:
+    """Every `kernel_size` window of NCHW `x` (zero-padded by `padding`), as a (N, C, OH, OW,
+    kh, kw) tensor: MegEngine's `F.sliding_window` (im2col, PyTorch's `unfold`)."""
+    x = _t(x)
+    attrs = _window_attrs("sliding_window", kernel_size, padding, stride, dilation)
+    if x.ndim != 4:
+        raise bad_argument(f"sliding_window: needs an NCHW input, got shape {x.shape}.")
+    reach = [d * (k - 1) + 1 for d, k in zip(attrs["dilation"], attrs["kernel"])]
+    if any(n + 2 * p < r for n, p, r in zip(x.shape[2:], attrs["padding"], reach)):
+        raise bad_argument(f"sliding_window: the window {attrs['kernel']} (dilation "
+                           f"{attrs['dilation']}) is larger than the input's size "
+                           f"{x.shape[2:]} plus padding {attrs['padding']}.")
+    return apply(OPS["sliding_window"], x, **attrs)
+
+
+def sliding_window_transpose(x: Any, output_size: Any, kernel_size: Any, padding: Any = 0,
+                             stride: Any = 1, dilation: Any = 1) -> Tensor:
+    """The transpose of `sliding_window`: (N, C, OH, OW, kh, kw) windows summed back onto an
+    (N, C, *output_size) image (col2im, PyTorch's `fold`)."""
+    x = _t(x)
+    attrs = _window_attrs("sliding_window_transpose", kernel_size, padding, stride, dilation)
+    size = _ints("sliding_window_transpose", "output_size", output_size, 2)
+    windows = tuple(
+        (n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, d, k, s in zip(
+            size, attrs["padding"], attrs["dilation"], attrs["kernel"], attrs["stride"]))
+    want = (*x.shape[:2], *windows, *attrs["kernel"]) if x.ndim == 6 else None
+    if x.shape != want:
+        raise bad_argument(f"sliding_window_transpose: an output of size {size} has windows of "
+                           f"shape (N, C, {windows[0]}, {windows[1]}, {attrs['kernel'][0]}, "
+                           f"{attrs['kernel'][1]}), got an input of shape {x.shape}.")
+    return apply(OPS["sliding_window_transpose"], x, size=size, **attrs)
+
+
 __all__ = ["instance_norm", "adaptive_max_pool2d", "pixel_shuffle", "conv3d",
-           "conv_transpose3d", "local_response_norm"]
+           "conv_transpose3d", "local_response_norm", "sliding_window",
+           "sliding_window_transpose"]

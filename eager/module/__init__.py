@@ -35,6 +35,7 @@ from .pooling import AvgPool2d, MaxPool2d
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sequential import Sequential
 from .shape_layers import Flatten, Upsample
+from .sliding_window import SlidingWindow, SlidingWindowTranspose
 
 __all__ = [
     "init", "Module", "Sequential", "ModuleList", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d",
@@ -44,5 +45,6 @@ __all__ = [
     "ELU", "Softmax", "ReLU6", "Hardswish", "Dropout2d", "Upsample", "RNNCell", "LSTMCell",
     "GRUCell", "RNN", "LSTM", "GRU",
     "InstanceNorm", "AdaptiveMaxPool2d", "Pad", "PixelShuffle", "LocalResponseNorm", "Conv3d",
-    "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d", "ConvTranspose3d",
+    "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d", "ConvTranspose3d", "SlidingWindow",
+    "SlidingWindowTranspose",
 ]

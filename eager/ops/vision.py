@@ -52,3 +52,31 @@ def local_response_norm(x, *, size, k, alpha, beta):
     pads = [(0, 0), (half, half)] + [(0, 0)] * (x.ndim - 2)
     s = lax.reduce_window(x * x, np.array(0, x.dtype), lax.add, window, (1,) * x.ndim, pads)
     return x * jnp.power(k + alpha * s, -beta)
+
+
+def _windows(x, kernel, padding, stride, dilation):
+    """The (N, C, OH, OW, kh, kw) windows of NCHW `x`: XLA's patch extraction, whose features
+    come ordered (C, kh, kw)."""
+    n, c = x.shape[:2]
+    patches = lax.conv_general_dilated_patches(
+        x, kernel, stride, [(p, p) for p in padding], rhs_dilation=dilation,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    oh, ow = patches.shape[2:]
+    return patches.reshape(n, c, *kernel, oh, ow).transpose(0, 1, 4, 5, 2, 3)
+
+
+@defop("sliding_window")
+def sliding_window(x, *, kernel, padding, stride, dilation):
+    """MegEngine's `F.sliding_window` (im2col): every window of NCHW `x`, zero-padded, as
+    (N, C, OH, OW, kh, kw)."""
+    return _windows(x, kernel, padding, stride, dilation)
+
+
+@defop("sliding_window_transpose")
+def sliding_window_transpose(y, *, size, kernel, padding, stride, dilation):
+    """The transpose of `sliding_window` (col2im): each window's values summed back onto the
+    (N, C, *size) positions they were taken from."""
+    zeros = jnp.zeros((*y.shape[:2], *size), y.dtype)
+    (x,) = jax.linear_transpose(lambda v: _windows(v, kernel, padding, stride, dilation),
+                                zeros)(y)
+    return x

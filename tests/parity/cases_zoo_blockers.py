@@ -207,3 +207,20 @@ def forward_hooks_as_the_zoo_uses_them() -> dict:
     h2.remove()
     return {"hooked": hooked, "plain": lin(x).numpy(), "calls": calls,
             "pre_left": len(lin._forward_pre_hooks), "post_left": len(lin._forward_hooks)}
+
+
+@case(rtol=1e-5, atol=1e-5)
+def sliding_window_and_its_transpose() -> dict:
+    """DALL-E's sparse attention (the multimodal zoo) calls `F.sliding_window`."""
+    import megengine as mge
+    import megengine.functional as F
+    from megengine.autodiff import GradManager
+
+    x = mge.tensor(data(2, 3, 5, 6))
+    gm = GradManager().attach([x])
+    with gm:
+        w = F.sliding_window(x, (2, 3), padding=1, stride=(2, 1), dilation=(1, 2))
+        gm.backward((w * w).sum())
+    back = F.sliding_window_transpose(w, (5, 6), (2, 3), padding=1, stride=(2, 1),
+                                      dilation=(1, 2))
+    return {"windows": w.numpy(), "grad": x.grad.numpy(), "back": back.numpy()}
