@@ -31,6 +31,36 @@ in float64 (pos_loss 3.5849166), this project's float32 pos_loss is 1.3e-5 off a
 6.6e-5; their gradients are 1.1e-2 and 2.0e-2 (conv1), 8.3e-3 and 7.5e-3 (fpn_output3), 1.3e-3
 and 7.9e-3 (cls_score) off. Neither side is wrong; they are compared to 3e-2.
 
+Further zoo models (this project's side as above; see `runner.py` for their builds):
+ShuffleNet V2 x0.5 (224x224, batch 2, cross entropy; the whole model traced), BERT for
+sequence classification (hidden 32, 2 layers, inputs (2, 16) int32; `model.bert` traced),
+DeepLabV3+ res101 (1x3x64x64, pixelwise cross entropy on fixed labels, no pretrained
+backbone; `backbone.extract_features` traced), SimpleBaseline res50 (1x3x128x96, mean of the
+squared heatmaps; its hub backbone served from `MGE_HOME`, see `runner.py`;
+`backbone.extract_features` traced) and CLIP ViT (embed 32, 32x32 images, context 8; the
+symmetric cross entropy of the 2x2 logits; the whole model traced; `youtokentome`, and `ftfy`,
+`regex`, `tqdm` where missing, replaced by empty modules, see `runner.py`). Dropout modules
+are in eval mode on both sides. CLIP agrees to 1.3e-5 (gradients) and BERT's trace to 6e-7.
+
+BERT has no MegEngine reference: MegEngine 1.13 eager raises `TypeError: py_apply expects
+tensor as inputs` at its attention's `F.concat([mge.tensor(x.shape)[:-1], (heads, size)])`
+(`MEGENGINE_FAILS`). Here `model.bert` is traced with `graph_breaks=True`: without it the
+region stops with `ValueReadError` at `x.reshape(new_x_shape)`, a reshape by a tensor built
+from the (static) shape.
+
+Measured against this project in float64 (same state and inputs; relative L2 of a gradient):
+ShuffleNet's first_conv / features.9 conv gradients are 1.15e-2 / 9.7e-3 off in MegEngine,
+3.1e-3 / 3.1e-3 in eager here, 9.4e-4 / 1.2e-3 under partial_trace (train-mode BatchNorm over
+2x7x7 values per channel, as ResNet-18). DeepLabV3+ at batch 1 normalises over 4x4 values in
+res5 and one value per channel in ASPP's pooled branch: backbone.conv1 is 9.8e-2 off in
+MegEngine, 1.26e-1 in eager and 1.27e-1 under partial_trace (aspp.conv1 4.4e-2, 7.3e-2,
+7.2e-2; the loss 2.0e-6, 6.0e-5, 5.6e-5 relative); SimpleBaseline's backbone.conv1 is 4.8e-2
+off in MegEngine, 4.1e-2 in eager, 3.7e-2 under partial_trace (layer4.2.conv3 3.4e-2,
+1.6e-2, 1.8e-2). Every side is as far from float64 as the sides are from each other, so
+these are compared to the measured spread, not to 1e-3: `GRAD_REL_L2_OF` (2e-2, 0.2, 0.1) and,
+for partial_trace against eager, `TRACE_GRAD_REL_L2_OF` (1e-2, 0.1, 5e-2). Gradient norms
+under `NORM_FLOOR` of the largest are float32 noise around an exact zero on every side.
+
 Randomness: only Faster R-CNN samples (`sample_labels`, in the RPN's anchor labels and the
 RCNN's RoIs), with `megengine.random.uniform`, whose stream differs from this project's. The
 runner sets `num_sample_anchors` and `num_rois` to 10**6, so `sample_labels` finds no more
@@ -68,7 +98,12 @@ MODEL_NAMES = ("resnet18", "retinanet", "fcos", "atss", "freeanchor", "faster_rc
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
 GRAD_REL_L2 = 1e-3
 # see the module docstring: float32 rounding amplified, measured against float64
-GRAD_REL_L2_OF = {"resnet18": 2e-2, "freeanchor": 3e-2}
+GRAD_REL_L2_OF = {"resnet18": 2e-2, "freeanchor": 3e-2, "shufflenet_v2_x0_5": 2e-2,
+                  "deeplabv3plus": 0.2, "simplebaseline_res50": 0.1}
+# A gradient norm below this fraction of the model's largest is float32 noise around an exact
+# zero (a conv bias before train-mode BatchNorm, an attention key's bias): 1e-18 of the largest
+# in float64, up to 1e-7 of it in float32 on either side; compared only to this absolute floor.
+NORM_FLOOR = 1e-6
 
 # Mismatches measured and not yet resolved (eager here against MegEngine, 128x128, batch 2).
 KNOWN_MISMATCHES = {
@@ -79,13 +114,25 @@ KNOWN_MISMATCHES = {
                    "cases_detection.py records it with finite differences), which the RCNN "
                    "head's gradient passes through: MegEngine's side is the wrong one",
 }
-# MegEngine itself fails the step: no reference to compare with.
+# MegEngine itself fails the step: no reference to compare with. An entry naming the
+# error MegEngine reports (`runner.py` catches it after saving the state) still runs this
+# project's side and compares its `partial_trace` run with its eager run; the others are
+# xfailed whole.
 MEGENGINE_FAILS = {
+    "bert": ("TypeError: py_apply expects tensor as inputs",
+             "MegEngine 1.13 eager fails in BertSelfAttention.transpose_for_scores, "
+             "`F.concat([mge.tensor(x.shape)[:-1], (heads, size)])`: concat of a Tensor and a "
+             "tuple raises `TypeError: py_apply expects tensor as inputs`, so the zoo's BERT "
+             "has no MegEngine reference as written"),
     "fcos": "MegEngine 1.13 fails in fcos.get_ground_truth, `areas[~is_cared_in_the_level] = "
             "inf`: megdnn naive MaskedFill assertion at 128x128 "
             "(a 256x256 input may avoid it: not checked)",
 }
 TRACE_TOL = 1e-5
+# gradients of partial_trace against eager, where float32 rounding is amplified (see the
+# module docstring: both are as far from float64 as from each other)
+TRACE_GRAD_REL_L2_OF = {"shufflenet_v2_x0_5": 1e-2, "deeplabv3plus": 0.1,
+                        "simplebaseline_res50": 5e-2}
 
 
 def _skip_reason() -> str | None:
@@ -152,7 +199,7 @@ def _run(name: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _inputs(name, work)
     theirs = _side(str(Path(INTERPRETER).expanduser()), "megengine", name, work)  # saves state
     ours = _side(sys.executable, "project", name, work)
-    return {"megengine": theirs["eager"], "eager": ours["eager"],
+    return {"megengine": theirs.get("eager", theirs), "eager": ours["eager"],
             "partial_trace": ours["partial_trace"]}
 
 
@@ -175,12 +222,13 @@ def _compare(ours: dict[str, Any], theirs: dict[str, Any], what: str, loss_rtol:
         assert ours["losses"][key] == pytest.approx(want, rel=loss_rtol, abs=loss_atol), \
             f"{what}: loss {key} = {ours['losses'][key]!r}, want {want!r}"
     assert sorted(ours["grad_norms"]) == sorted(theirs["grad_norms"]), f"{what}: parameter names"
+    floor = NORM_FLOOR * max([v for v in theirs["grad_norms"].values() if v is not None] or [0])
     for key, want in theirs["grad_norms"].items():
         got = ours["grad_norms"][key]
         assert (got is None) == (want is None), \
             f"{what}: gradient of {key} is {got!r}, want {want!r}"
         if want is not None:
-            assert got == pytest.approx(want, rel=grad_rel, abs=1e-8), \
+            assert got == pytest.approx(want, rel=grad_rel, abs=max(1e-8, floor)), \
                 f"{what}: |grad {key}| = {got!r}, want {want!r}"
     for key, want in theirs["grads"].items():
         got, want = _array(ours["grads"][key]), _array(want)
@@ -193,13 +241,19 @@ def _compare(ours: dict[str, Any], theirs: dict[str, Any], what: str, loss_rtol:
 
 @pytest.fixture(scope="module", params=MODEL_NAMES)
 def result(request, tmp_path_factory) -> tuple[str, dict[str, Any]]:
-    if request.param in MEGENGINE_FAILS:
+    if isinstance(MEGENGINE_FAILS.get(request.param), str):
         pytest.xfail(MEGENGINE_FAILS[request.param])
     return request.param, _run(request.param, tmp_path_factory)
 
 
 def test_step_agrees_with_megengine(result, request):
     name, runs = result
+    if "error" in runs["megengine"]:
+        assert name in MEGENGINE_FAILS, f"{name}: MegEngine failed: {runs['megengine']['error']}"
+        error, reason = MEGENGINE_FAILS[name]
+        assert runs["megengine"]["error"].startswith(error), runs["megengine"]["error"]
+        pytest.xfail(reason)
+    assert name not in MEGENGINE_FAILS, f"{name}: MegEngine no longer fails; remove the entry"
     if name in KNOWN_MISMATCHES:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[name]))
     _compare(runs["eager"], runs["megengine"], f"{name} (eager vs MegEngine)", LOSS_RTOL,
@@ -209,4 +263,4 @@ def test_step_agrees_with_megengine(result, request):
 def test_partial_trace_agrees_with_eager(result):
     name, runs = result
     _compare(runs["partial_trace"], runs["eager"], f"{name} (partial_trace vs eager)",
-             TRACE_TOL, TRACE_TOL, TRACE_TOL)
+             TRACE_TOL, TRACE_TOL, TRACE_GRAD_REL_L2_OF.get(name, TRACE_TOL))
