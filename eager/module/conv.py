@@ -85,19 +85,23 @@ def _padding_mode(mode: str) -> str:
     return mode
 
 
-class ConvTranspose2d(_ConvNd):
-    """Transposed 2-d convolution over NCHW; weight (in, out/groups, kh, kw)."""
+class _ConvTransposeNd(_ConvNd):
+    """A transposed convolution: weight (in, out/groups, *kernel), and `output_padding`."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
                  padding: Ints = 0, output_padding: Ints = 0, dilation: Ints = 1, groups: int = 1,
                  bias: bool = True):
-        self.output_padding = _tuple(output_padding, 2)
+        self.output_padding = _tuple(output_padding, self._n)
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
                          groups, bias)
 
     def _weight_shape(self) -> tuple[tuple[int, ...], int]:
         cout_g = self.out_channels // self.groups
         return (self.in_channels, cout_g, *self.kernel_size), cout_g * math.prod(self.kernel_size)
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """Transposed 2-d convolution over NCHW; weight (in, out/groups, kh, kw)."""
 
     def forward(self, x: Tensor) -> Tensor:
         return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
@@ -121,19 +125,10 @@ class Conv3d(_ConvNd):
                         self.groups, self.conv_mode)
 
 
-class ConvTranspose3d(_ConvNd):
+class ConvTranspose3d(_ConvTransposeNd):
     """Transposed 3-d convolution over NCDHW; weight (in, out/groups, kd, kh, kw)."""
 
     _n = 3
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
-                 padding: Ints = 0, output_padding: Ints = 0, dilation: Ints = 1, groups: int = 1,
-                 bias: bool = True):
-        self.output_padding = _tuple(output_padding, 3)
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
-                         groups, bias)
-
-    _weight_shape = ConvTranspose2d._weight_shape
 
     def forward(self, x: Tensor) -> Tensor:
         return F.conv_transpose3d(x, self.weight, self.bias, self.stride, self.padding,

@@ -59,6 +59,18 @@ def data(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.RandomState(seed).standard_normal(shape).astype("float32")
 
 
+def finite_difference(loss: Callable, x: np.ndarray, points: list) -> np.ndarray:
+    """Central differences of `loss` (numpy in, float out) at the given flat positions: the
+    independent reference of a `megengine_bug` case about a gradient."""
+    out = []
+    for i in points:
+        hi, lo = x.copy(), x.copy()
+        hi.flat[i] += 1e-2
+        lo.flat[i] -= 1e-2
+        out.append((loss(hi) - loss(lo)) / 2e-2)
+    return np.array(out, "float32")
+
+
 def grads(fn: Callable, *arrays: np.ndarray) -> tuple[Any, list]:
     """fn(*tensors) and the gradient of its sum with respect to every input."""
     import megengine as mge

@@ -16,10 +16,8 @@ MegEngine behaviour measured here and deliberately not copied (so left out of th
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-from parity_cases import case, data, grads
+from parity_cases import case, data, finite_difference, grads
 
 # (batch index, x0, y0, x1, y1): inside, past the edges, inverted, a point, halves to round
 ROIS = np.array([[0, 1.2, 0.5, 6.3, 5.1], [1, -2.0, -1.0, 3.0, 4.0], [1, 2.0, 3.0, 2.5, 3.2],
@@ -51,17 +49,6 @@ def roi_align_values() -> dict:
     return out
 
 
-def _finite_differences(loss: Any, x: np.ndarray, points: list) -> np.ndarray:
-    """Central differences of `loss` (numpy in, float out) at the given flat positions."""
-    out = []
-    for i in points:
-        hi, lo = x.copy(), x.copy()
-        hi.flat[i] += 1e-2
-        lo.flat[i] -= 1e-2
-        out.append((loss(hi) - loss(lo)) / 2e-2)
-    return np.array(out, "float32")
-
-
 def _dirty_memory(shape: tuple) -> None:
     """Free eight blocks of `shape` float32s that hold 1e6, for the allocator to hand out next
     (what a buffer nobody clears then shows)."""
@@ -89,7 +76,7 @@ def roi_align_gradient_in_used_memory() -> dict:
         def f(t, mode=mode, weight=weight):
             return F.vision.roi_align(t, rois, (2, 3), mode) * weight
 
-        reference = _finite_differences(lambda a, f=f: float(f(mge.tensor(a)).sum().numpy()),
+        reference = finite_difference(lambda a, f=f: float(f(mge.tensor(a)).sum().numpy()),
                                         x, points)
         for attempt in range(2):
             _dirty_memory(x.shape)

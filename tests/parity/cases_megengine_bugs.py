@@ -8,18 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from parity_cases import case, data
-
-
-def _finite_difference(loss: Any, x: np.ndarray, points: list) -> np.ndarray:
-    """Central differences of `loss` (numpy in, float out) at the given flat positions."""
-    out = []
-    for i in points:
-        hi, lo = x.copy(), x.copy()
-        hi.flat[i] += 1e-2
-        lo.flat[i] -= 1e-2
-        out.append((loss(hi) - loss(lo)) / 2e-2)
-    return np.array(out, "float32")
+from parity_cases import case, data, finite_difference
 
 
 def _recurrent_grads(kind: str) -> dict:
@@ -42,7 +31,7 @@ def _recurrent_grads(kind: str) -> dict:
     with gm:
         gm.backward((net(xt)[0] * w).sum())
     points = [0, 7, 13, 29]
-    return {"got": xt.grad.numpy().ravel()[points], "want": _finite_difference(loss, x, points)}
+    return {"got": xt.grad.numpy().ravel()[points], "want": finite_difference(loss, x, points)}
 
 
 @case(rtol=2e-2, atol=2e-3, megengine_bug="the fused LSTM's backward gives wrong input "
