@@ -125,16 +125,17 @@ class Module:
             yield from _expand(name, self.__dict__[name])
 
     def _walk(self, prefix: str, recursive: bool,
-              seen: set[int]) -> Iterator[tuple[str, Any, Module]]:
+              seen: dict[int, Any]) -> Iterator[tuple[str, Any, Module]]:
         """Every Tensor and Module below this module, depth first in sorted-name order, each
         once, under the first name it is reached by, with the module that holds it: MegEngine's
         order, which its state dicts and optimizer checkpoints (stored by position) depend on.
-        `seen` holds the ids of objects the walk itself keeps alive, so no id is reused while
-        it runs."""
+        `seen` maps the id of each object met to the object itself: holding it keeps the id
+        from being reused while the walk runs, even if the caller changes the module between
+        two steps of this generator."""
         for name, leaf in self._items():
             if id(leaf) in seen:
                 continue
-            seen.add(id(leaf))
+            seen[id(leaf)] = leaf
             full = f"{prefix}.{name}" if prefix else name
             yield full, leaf, self
             if recursive and isinstance(leaf, Module):
@@ -142,7 +143,7 @@ class Module:
 
     def _named(self, want: Callable[[Any], bool], prefix: str | None, recursive: bool,
                filters: dict[str, Any]) -> Iterator[tuple[str, Any]]:
-        for name, leaf, _ in self._walk(prefix or "", recursive, {id(self)}):
+        for name, leaf, _ in self._walk(prefix or "", recursive, {id(self): self}):
             if want(leaf) and all(getattr(leaf, k, None) == v for k, v in filters.items()):
                 yield name, leaf
 
@@ -244,7 +245,7 @@ class Module:
         """Parameters and buffers as numpy arrays, keyed by dotted name, in MegEngine's order
         and layouts (BatchNorm's per-channel tensors as (C,), as MegEngine stores them)."""
         return OrderedDict((name, owner._state_array(t))
-                           for name, t, owner in self._walk("", True, {id(self)})
+                           for name, t, owner in self._walk("", True, {id(self): self})
                            if isinstance(t, Tensor))
 
     def _state_array(self, t: Tensor) -> np.ndarray:
