@@ -99,8 +99,10 @@ def _conv(n: int, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dil
 def conv1d(x: Any, weight: Any, bias: Any = None, stride: int | Sequence[int] = 1,
            padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Tensor:
-    """1-d convolution over (N, C, L) with weight (out, in/groups, k)."""
-    return _conv(1, x, weight, bias, stride, padding, dilation, groups)
+    """1-d convolution over (N, C, L) with weight (out, in/groups, k), or for grouped
+    convolution also MegEngine's (groups, out/groups, in/groups, k)."""
+    return _conv(1, x, grouped_weight("conv1d", weight, int(groups), 1), bias, stride, padding,
+                 dilation, groups)
 
 
 _COMPUTE_MODES = ("default", "float32")
@@ -122,25 +124,29 @@ def conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     if compute_mode not in _COMPUTE_MODES:
         raise bad_argument(f"conv2d: compute_mode must be one of {_COMPUTE_MODES}, got "
                            f"{compute_mode!r}.")
-    if getattr(weight, "ndim", None) == 5:
-        weight = _grouped_weight(weight, groups)
-    return _conv(2, x, weight, bias, stride, padding, dilation, groups)
+    return _conv(2, x, grouped_weight("conv2d", weight, int(groups), 2), bias, stride, padding,
+                 dilation, groups)
 
 
-def _grouped_weight(weight: Any, groups: int) -> Tensor:
-    """MegEngine's 5-d grouped weight as the (out, in/groups, kh, kw) one (a reshape, so the
-    gradient reaches the 5-d weight)."""
-    g, out_g, in_g, kh, kw = weight.shape
+def grouped_weight(fn: str, weight: Any, groups: int, n: int) -> Any:
+    """MegEngine's grouped layout of an `n`-d convolution's weight, (groups, a, b, *kernel),
+    as the flat one, (groups * a, b, *kernel): a reshape, so the gradient reaches the grouped
+    weight. Any other weight is returned as it is (the op's own checks judge it)."""
+    if getattr(weight, "ndim", None) != n + 3:
+        return weight
+    g = weight.shape[0]
     if g != groups:
-        raise bad_argument(f"conv2d: a 5-d weight of shape {tuple(weight.shape)} holds {g} "
+        raise bad_argument(f"{fn}: a {n + 3}-d weight of shape {tuple(weight.shape)} holds {g} "
                            f"groups, but groups={groups}; pass groups={g}.")
     w = weight if isinstance(weight, Tensor) else Tensor(weight)
-    return w.reshape(g * out_g, in_g, kh, kw)
+    return w.reshape(g * weight.shape[1], *weight.shape[2:])
 
 
 def conv_transpose2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
                      output_padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
-    """Transposed 2-d convolution over NCHW with weight (in, out/groups, kh, kw)."""
+    """Transposed 2-d convolution over NCHW with weight (in, out/groups, kh, kw), or for
+    grouped convolution also MegEngine's (groups, in/groups, out/groups, kh, kw)."""
+    weight = grouped_weight("conv_transpose2d", weight, int(groups), 2)
     return apply(OPS["conv_transpose"], x, weight, bias, stride=_pair(stride),
                  padding=_pair(padding), output_padding=_pair(output_padding),
                  dilation=_pair(dilation), groups=int(groups))

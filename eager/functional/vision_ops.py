@@ -14,6 +14,7 @@ from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..ops.nn import adaptive_window
 from ..tensors import Tensor, apply
+from .neural import grouped_weight
 from .shape import _t
 
 
@@ -94,12 +95,8 @@ def conv3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     convolution also MegEngine's (groups, out / groups, in / groups, kd, kh, kw)."""
     if str(conv_mode).lower() != "cross_correlation":
         raise bad_argument(f"conv3d: conv_mode must be 'cross_correlation', got {conv_mode!r}.")
-    x, weight, groups = _t(x), _t(weight), int(groups)
-    if weight.ndim == 6:
-        if weight.shape[0] != groups:
-            raise bad_argument(f"conv3d: a 6-d weight of shape {weight.shape} holds "
-                               f"{weight.shape[0]} groups, but groups={groups}.")
-        weight = weight.reshape(-1, *weight.shape[2:])
+    x, groups = _t(x), int(groups)
+    weight = grouped_weight("conv3d", _t(weight), groups, 3)
     attrs = {"stride": _ints("conv3d", "stride", stride, 3),
              "padding": _ints("conv3d", "padding", padding, 3),
              "dilation": _ints("conv3d", "dilation", dilation, 3), "groups": groups}
@@ -154,8 +151,11 @@ def local_response_norm(x: Any, kernel_size: int = 5, k: float = 2.0, alpha: flo
 def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
                      output_padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
     """Transposed 3-d convolution over NCDHW with weight (in, out / groups, kd, kh, kw): the
-    gradient of `conv3d` with respect to its input (MegEngine's `F.conv_transpose3d`)."""
-    x, weight, groups = _t(x), _t(weight), int(groups)
+    gradient of `conv3d` with respect to its input (MegEngine's `F.conv_transpose3d`); for
+    grouped convolution the weight may also be MegEngine's (groups, in / groups, out / groups,
+    kd, kh, kw)."""
+    x, groups = _t(x), int(groups)
+    weight = grouped_weight("conv_transpose3d", _t(weight), groups, 3)
     attrs = {name: _ints("conv_transpose3d", name, value, 3) for name, value in (
         ("stride", stride), ("padding", padding), ("output_padding", output_padding),
         ("dilation", dilation))}

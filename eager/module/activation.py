@@ -41,8 +41,8 @@ class LeakyReLU(Module):
 class PReLU(Module):
     """LeakyReLU with a learned slope: one shared (`num_parameters=1`) or one per channel (axis 1).
 
-    The weight has shape `(num_parameters,)`, PyTorch's layout; a MegEngine state dict's
-    `(1, C, 1, 1)` weight loads into it too.
+    The weight has MegEngine's shape, `(1,)` shared or `(1, C, 1, 1)` per channel; a PyTorch
+    state dict's `(C,)` weight loads into it too.
     """
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25):
@@ -50,7 +50,8 @@ class PReLU(Module):
         if int(num_parameters) < 1:
             raise OpArgumentError(f"PReLU: num_parameters must be >= 1, got {num_parameters}")
         self.num_parameters = int(num_parameters)
-        self.weight = Parameter(full((self.num_parameters,), float(init), "float32"))
+        shape = (1,) if self.num_parameters == 1 else (1, self.num_parameters, 1, 1)
+        self.weight = Parameter(full(shape, float(init), "float32"))
 
     def forward(self, x: Tensor) -> Tensor:
         return F.prelu(x, self.weight)  # checks that x has num_parameters channels on axis 1

@@ -1,5 +1,12 @@
 """Convolutions (MegEngine's `megengine.module.conv`): Conv1d, Conv2d, Conv3d, ConvTranspose2d
-and the fused ConvRelu2d."""
+and the fused ConvRelu2d.
+
+Parameters are stored in MegEngine's shapes, so its state dicts and optimizer checkpoints load
+by position: a grouped convolution's weight (`groups > 1`) has a leading groups axis,
+(groups, out/groups, in/groups, *kernel), or (groups, in/groups, out/groups, *kernel)
+transposed; a bias is (1, out, 1, ...). PyTorch's flat weights and (out,) biases load into
+them too (`foreign_layouts.py`).
+"""
 
 from __future__ import annotations
 
@@ -32,11 +39,20 @@ class _ConvNd(Module):
 
     def _weight_shape(self) -> tuple[tuple[int, ...], int]:
         cin_g = self.in_channels // self.groups
-        return (self.out_channels, cin_g, *self.kernel_size), cin_g * math.prod(self.kernel_size)
+        return (_grouped(self.groups, self.out_channels, cin_g, self.kernel_size),
+                cin_g * math.prod(self.kernel_size))
 
     def _extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}, padding={self.padding}")
+
+
+def _grouped(groups: int, rows: int, cols: int, kernel: tuple[int, ...]) -> tuple[int, ...]:
+    """A weight's shape as MegEngine stores it: (rows, cols, *kernel), or grouped,
+    (groups, rows / groups, cols, *kernel); the functions take either."""
+    if groups == 1:
+        return (rows, cols, *kernel)
+    return (groups, rows // groups, cols, *kernel)
 
 
 class Conv1d(_ConvNd):
@@ -97,7 +113,8 @@ class _ConvTransposeNd(_ConvNd):
 
     def _weight_shape(self) -> tuple[tuple[int, ...], int]:
         cout_g = self.out_channels // self.groups
-        return (self.in_channels, cout_g, *self.kernel_size), cout_g * math.prod(self.kernel_size)
+        return (_grouped(self.groups, self.in_channels, cout_g, self.kernel_size),
+                cout_g * math.prod(self.kernel_size))
 
 
 class ConvTranspose2d(_ConvTransposeNd):

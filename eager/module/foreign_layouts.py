@@ -1,12 +1,17 @@
 """MegEngine's and PyTorch's ways of storing some parameters, converted when a state dict
 loads (`Module.load_state_dict`; `Optimizer.load_state_dict` uses `fit` for its slots).
 
-What real MegEngine 1.13 writes (in the file -> here):
+Parameters here have MegEngine 1.13's shapes; what PyTorch (and this project before it took
+MegEngine's shapes) writes is converted (in the file -> here):
 
-- grouped and depthwise `Conv1d` / `Conv2d` weights: `(groups, out/groups, in/groups, *k)` ->
-  `(out, in/groups, *k)`; grouped `ConvTranspose2d`: `(groups, in/groups, out/groups, kh, kw)`
-  -> `(in, out/groups, kh, kw)`;
-- per-channel vectors (conv biases): `(1, C, 1, ..., 1)` -> `(C,)` (`Module._load` does it);
+- grouped and depthwise convolution weights: `(out, in/groups, *k)` -> `(groups, out/groups,
+  in/groups, *k)`; grouped transposed ones: `(in, out/groups, *k)` -> `(groups, in/groups,
+  out/groups, *k)`;
+- per-channel vectors (conv biases, BatchNorm statistics, PReLU's weight): `(C,)` <->
+  `(1, C, 1, ..., 1)` (`Module._load` does it);
+
+and what MegEngine writes in a layout of its own:
+
 - `LayerNorm((3, 4))` weight and bias: `(12,)` -> `(3, 4)`;
 - `RNN`, `LSTM`: `_flatten_weights` (see `_split_rnn`) -> `weight_ih_l0`, `weight_hh_l0`,
   `bias_ih_l0`, `bias_hh_l0`, ... (`_reverse` too); its `cells.<layer>.<direction>.*` are
@@ -38,7 +43,10 @@ from .rnn import _GATES, _RNNBase
 
 
 def _grouped(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
-    """Whether `got` is MegEngine's grouped layout of the conv weight shape `want`."""
+    """Whether `got` and `want` are the grouped (groups, a, b, *k) and flat (groups * a, b, *k)
+    layouts of one conv weight, either way round."""
+    if len(got) < len(want):
+        got, want = want, got
     return len(got) == len(want) + 1 and len(want) >= 3 and got[0] * got[1] == want[0] \
         and got[2:] == want[1:]
 
@@ -62,13 +70,15 @@ def convert(module: Module, state: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(state)
     for prefix, m in module.named_modules():
         p = f"{prefix}." if prefix else ""
+        # `getattr`: a reparametrisation (the zoo's spectral norm) may delete `weight`
         if isinstance(m, _ConvNd):
             groups = m.groups
-            _reshape(out, f"{p}weight", m.weight,
-                     lambda got, want, g=groups: _grouped(got, want) and got[0] == g)
+            _reshape(out, f"{p}weight", getattr(m, "weight", None),
+                     lambda got, want, g=groups: _grouped(got, want) and
+                     (got if len(got) > len(want) else want)[0] == g)
         elif isinstance(m, LayerNorm):
-            _reshape(out, f"{p}weight", m.weight, _flat)
-            _reshape(out, f"{p}bias", m.bias, _flat)
+            _reshape(out, f"{p}weight", getattr(m, "weight", None), _flat)
+            _reshape(out, f"{p}bias", getattr(m, "bias", None), _flat)
         elif isinstance(m, _RNNBase) and f"{p}_flatten_weights" in out:
             out.update(_split_rnn(m, p, out))
         elif isinstance(m, MultiHeadAttention) and f"{p}io_weight_bias" in out:

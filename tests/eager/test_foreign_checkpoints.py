@@ -216,7 +216,7 @@ def test_megengine_conv_layouts_convert_on_load(convnet):
     net.load_state_dict(state)
     for name, p in list(net.named_parameters()) + list(net.named_buffers()):
         np.testing.assert_array_equal(p.numpy(), state[name].reshape(p.shape), err_msg=name)
-    assert net.state_dict()["conv.weight"].shape == (8, 2, 3, 3)
+    assert net.state_dict()["conv.weight"].shape == (2, 4, 2, 3, 3)
 
 
 def test_megengine_layernorm_of_a_shape_loads(mge_expected):

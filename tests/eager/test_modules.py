@@ -394,11 +394,14 @@ def test_default_init_is_fan_in_uniform(make, fan_in):
 ])
 def test_conv2d_forward(rng, cfg):
     conv = M.Conv2d(4, 8, (3, 2), **cfg)
-    assert conv.weight.shape == (8, 4 // cfg.get("groups", 1), 3, 2)
+    groups = cfg.get("groups", 1)
+    # MegEngine's shapes: a grouped weight has a leading groups axis
+    assert conv.weight.shape == ((8, 4, 3, 2) if groups == 1 else (groups, 8 // groups,
+                                                                   4 // groups, 3, 2))
     x = normal(rng, 2, 4, 7, 6)
     b = None if conv.bias is None else conv.bias.numpy()
-    expected = conv2d_ref(x, conv.weight.numpy(), b, conv.stride, conv.padding, conv.dilation,
-                          conv.groups)
+    weight = conv.weight.numpy().reshape(8, 4 // groups, 3, 2)
+    expected = conv2d_ref(x, weight, b, conv.stride, conv.padding, conv.dilation, conv.groups)
     out = conv(eg.tensor(x))
     assert out.shape == expected.shape
     _close(out.numpy(), expected, **CONV_TOL)
@@ -407,9 +410,11 @@ def test_conv2d_forward(rng, cfg):
 @pytest.mark.parametrize("cfg", [dict(), dict(stride=2, padding=2, dilation=2, groups=3)])
 def test_conv1d_forward(rng, cfg):
     conv = M.Conv1d(3, 6, 3, **cfg)
-    assert conv.weight.shape == (6, 3 // cfg.get("groups", 1), 3)
+    groups = cfg.get("groups", 1)
+    assert conv.weight.shape == ((6, 3, 3) if groups == 1 else (groups, 6 // groups, 1, 3))
     x = normal(rng, 2, 3, 9)
-    expected = conv2d_ref(x[:, :, None], conv.weight.numpy()[:, :, None], conv.bias.numpy(),
+    weight = conv.weight.numpy().reshape(6, 3 // groups, 1, 3)
+    expected = conv2d_ref(x[:, :, None], weight, conv.bias.numpy(),
                           (1, *conv.stride), (0, *conv.padding), (1, *conv.dilation),
                           conv.groups)[:, :, 0]
     _close(conv(eg.tensor(x)).numpy(), expected, **CONV_TOL)
@@ -425,10 +430,12 @@ def test_conv1d_forward(rng, cfg):
 def test_conv_transpose2d_forward_and_shape(rng, cfg, out_hw):
     conv = M.ConvTranspose2d(4, 6, 3, **cfg)
     groups = cfg.get("groups", 1)
-    assert conv.weight.shape == (4, 6 // groups, 3, 3)
+    assert conv.weight.shape == ((4, 6, 3, 3) if groups == 1 else (groups, 4 // groups,
+                                                                   6 // groups, 3, 3))
     x = normal(rng, 2, 4, 4, 5)
     b = None if conv.bias is None else conv.bias.numpy()
-    expected = conv_transpose2d_ref(x, conv.weight.numpy(), b, conv.stride, conv.padding,
+    weight = conv.weight.numpy().reshape(4, 6 // groups, 3, 3)
+    expected = conv_transpose2d_ref(x, weight, b, conv.stride, conv.padding,
                                     conv.output_padding, conv.dilation, groups)
     out = conv(eg.tensor(x))
     assert out.shape == (2, 6, *out_hw) == expected.shape

@@ -50,9 +50,10 @@ def test_elementwise_activation_modules(rng, layer, ref):
 @pytest.mark.parametrize("num, shape", [(1, (5,)), (3, (2, 3, 2, 2)), (3, (4, 3))])
 def test_prelu_value_and_gradients(rng, num, shape):
     layer = M.PReLU(num, init=0.1)
-    assert [(n, p.shape) for n, p in layer.named_parameters()] == [("weight", (num,))]
-    np.testing.assert_array_equal(layer.weight.numpy(), np.full(num, 0.1, np.float32))
-    layer.load_state_dict({"weight": normal(rng, num)})
+    shape_w = (1,) if num == 1 else (1, num, 1, 1)  # MegEngine's
+    assert [(n, p.shape) for n, p in layer.named_parameters()] == [("weight", shape_w)]
+    np.testing.assert_array_equal(layer.weight.numpy(), np.full(shape_w, 0.1, np.float32))
+    layer.load_state_dict({"weight": normal(rng, *shape_w)})
     x = eg.tensor(normal(rng, *shape, scale=3.0))
 
     def ref(v, w):
@@ -65,9 +66,10 @@ def test_prelu_value_and_gradients(rng, num, shape):
 def test_prelu_default_and_megengine_weight_layout(rng):
     assert M.PReLU().weight.numpy().tolist() == [0.25]
     layer = M.PReLU(3)
-    w = normal(rng, 1, 3, 1, 1)
-    layer.load_state_dict({"weight": w})  # MegEngine keeps a per-channel weight as (1, C, 1, 1)
-    assert layer.weight.shape == (3,) and layer.state_dict()["weight"].shape == (3,)
+    w = normal(rng, 3)
+    layer.load_state_dict({"weight": w})  # PyTorch keeps a per-channel weight as (C,)
+    assert layer.weight.shape == (1, 3, 1, 1) and layer.state_dict()["weight"].shape == (1, 3, 1, 1)
+    w = w.reshape(1, 3, 1, 1)
     x = normal(rng, 2, 3, 2, 2)
     np.testing.assert_allclose(layer(eg.tensor(x)).numpy(), np.where(x > 0, x, w * x), rtol=1e-6)
     with pytest.raises(eg.OpArgumentError, match="channel"):

@@ -35,14 +35,15 @@ def _shapes(module):
 
 def test_state_dict_names_and_shapes():
     """MegEngine's names; a conv bias is (1, C, 1, ...) as MegEngine's, a norm's affine vectors
-    (C,); grouped weights (out, in/groups, ...), as the project's Conv2d keeps them (MegEngine's
-    grouped layout loads too)."""
+    (C,); grouped weights (groups, out/groups, in/groups, ...) as MegEngine's (PyTorch's flat
+    layout loads too)."""
     assert _shapes(M.InstanceNorm(3)) == {"weight": (3,), "bias": (3,)}
     assert _shapes(M.InstanceNorm(3, affine=False)) == {}
     # the layers' shapes of the other tests: each new parameter shape costs a compiled draw
-    assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2)) == {"weight": (4, 1, 2, 1, 2),
+    assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2)) == {"weight": (2, 2, 1, 2, 1, 2),
                                                             "bias": (1, 4, 1, 1, 1)}
-    assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2, bias=False)) == {"weight": (4, 1, 2, 1, 2)}
+    assert _shapes(M.Conv3d(2, 4, (2, 1, 2), groups=2, bias=False)) == {
+        "weight": (2, 2, 1, 2, 1, 2)}
     assert _shapes(M.ConvRelu2d(3, 4, 3)) == {"weight": (4, 3, 3, 3), "bias": (1, 4, 1, 1)}
     bn = {"bn.weight": (4,), "bn.bias": (4,), "bn.running_mean": (4,), "bn.running_var": (4,)}
     assert _shapes(M.ConvBn2d(3, 4, 3)) == {"conv.weight": (4, 3, 3, 3), "conv.bias": (1, 4, 1, 1),
@@ -71,8 +72,8 @@ def test_layers_against_references(rng):
     conv = M.Conv3d(2, 4, (2, 1, 2), stride=(2, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 2),
                     groups=2)
     x3 = normal(rng, 2, 2, 5, 4, 5)
-    want = conv3d_ref(x3, conv.weight.numpy(), conv.bias.numpy(), conv.stride, conv.padding,
-                      conv.dilation, 2)
+    want = conv3d_ref(x3, conv.weight.numpy().reshape(4, 1, 2, 1, 2), conv.bias.numpy(),
+                      conv.stride, conv.padding, conv.dilation, 2)
     assert_close(conv(eg.tensor(x3)), want, 1e-4, 1e-4, "Conv3d")
 
 
@@ -271,10 +272,10 @@ def test_conv_transpose3d_is_the_input_gradient_of_conv3d(rng):
     """MegEngine's ConvTranspose3d (the zoo's BigGAN imports it), grouped and strided."""
     m = M.ConvTranspose3d(4, 6, (2, 3, 1), stride=(2, 1, 2), padding=(0, 1, 0),
                           output_padding=(1, 0, 1), groups=2)
-    assert m.weight.shape == (4, 3, 2, 3, 1) and m.bias.shape == (1, 6, 1, 1, 1)
+    assert m.weight.shape == (2, 2, 3, 2, 3, 1) and m.bias.shape == (1, 6, 1, 1, 1)
     x = normal(rng, 2, 4, 3, 4, 5)
     y = m(eg.tensor(x))
-    w = m.weight.numpy()
+    w = m.weight.numpy().reshape(4, 3, 2, 3, 1)
 
     def conv(z):
         return jax.lax.conv_general_dilated(z, w, (2, 1, 2), [(0, 0), (1, 1), (0, 0)],

@@ -61,8 +61,11 @@ def test_parameters_buffers_and_children():
 def test_weight_shapes():
     net = Block()
     assert net.layers[0].weight.shape == (3, 2)          # Linear: (out, in)
-    assert net.conv1.weight.shape == (2, 1, 1, 1)        # Conv2d: (out, in / groups, kh, kw)
-    assert M.Conv2d(2, 2, 1, groups=2, bias=False).weight.shape == (2, 1, 1, 1)
+    assert net.conv1.weight.shape == (2, 1, 1, 1)        # Conv2d: (out, in, kh, kw)
+    # grouped: (groups, out / groups, in / groups, kh, kw), as MegEngine stores it
+    assert M.Conv2d(2, 2, 1, groups=2, bias=False).weight.shape == (2, 1, 1, 1, 1)
+    assert M.ConvTranspose2d(4, 6, 3, groups=2).weight.shape == (2, 2, 3, 3, 3)
+    assert M.PReLU().weight.shape == (1,) and M.PReLU(3).weight.shape == (1, 3, 1, 1)
 
 
 def test_load_megengine_batchnorm_statistics_of_shape_1c11():
