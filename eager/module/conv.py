@@ -15,6 +15,7 @@ import math
 from .. import functional as F
 from ..errors import OpArgumentError
 from ..tensors import Tensor
+from . import init
 from ._params import Ints, _param, _tuple
 from .module import Module
 
@@ -34,6 +35,8 @@ class _ConvNd(Module):
         self.padding, self.dilation = _tuple(padding, n), _tuple(dilation, n)
         shape, fan_in = self._weight_shape()
         self.weight = _param(shape, fan_in)
+        if groups > 1:
+            init.mark_grouped(self.weight)
         # MegEngine's layout, (1, out, 1, ...): its code and optimizer checkpoints rely on it
         self.bias = _param((1, out_channels) + (1,) * n, fan_in) if bias else None
 

@@ -1,14 +1,17 @@
 """In-place initializers, drawing from the framework generator (`eg.random`), with MegEngine's
 names (`M.init.msra_normal_(conv.weight, nonlinearity="relu")`) and its fan and gain helpers.
 
-Fans follow the project's weight layouts: a grouped convolution's weight is
-(out, in / groups, kh, kw), so its fan_out is out * kh * kw (PyTorch's count); MegEngine's 5-d
-(groups, out / groups, in / groups, kh, kw) weight gives out / groups * kh * kw.
+Fans are MegEngine's: a grouped convolution's weight, (groups, out / groups, in / groups,
+*kernel), has fan_in in / groups * kernel and fan_out out / groups * kernel (PyTorch counts
+out * kernel). The convolutions mark their grouped weights (`mark_grouped`), so a 5-d plain
+`Conv3d` weight is not mistaken for a grouped `Conv2d` one, as MegEngine's shape rule does.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 
 import jax.numpy as jnp
 
@@ -47,13 +50,38 @@ def fan_in_uniform_(t: Tensor, fan_in: int) -> None:
     uniform_(t, -bound, bound)
 
 
+_GROUPED: dict[int, weakref.ref] = {}  # id -> a weakref to the weight, dropped as it dies
+_GROUPED_LOCK = threading.Lock()
+
+
+def mark_grouped(weight: Tensor) -> None:
+    """Record that `weight` is a grouped convolution's (groups, a, b, *kernel) weight, whose
+    fans leave out the groups axis."""
+    key = id(weight)
+
+    def forget(_: weakref.ref, key: int = key) -> None:
+        with _GROUPED_LOCK:
+            _GROUPED.pop(key, None)
+
+    with _GROUPED_LOCK:
+        _GROUPED[key] = weakref.ref(weight, forget)
+
+
+def _is_grouped(tensor: Tensor) -> bool:
+    ref = _GROUPED.get(id(tensor))
+    return ref is not None and ref() is tensor
+
+
 def calculate_fan_in_and_fan_out(tensor: Tensor) -> tuple[int, int]:
     """(fan_in, fan_out) of a weight: (in, out) of a Linear's (out, in) weight; for a
-    convolution's (out, in, *kernel) weight each is multiplied by the kernel's size."""
+    convolution's (out, in, *kernel) weight each is multiplied by the kernel's size, and a
+    grouped one's (groups, out / groups, in / groups, *kernel) counts one group."""
     shape = tuple(tensor.shape)
     if len(shape) < 2:
         raise bad_argument(f"calculate_fan_in_and_fan_out: a weight of shape {shape} has no "
                            "fans; it needs at least 2 axes (out, in, *kernel).")
+    if _is_grouped(tensor):
+        shape = shape[1:]
     receptive = math.prod(shape[2:])
     return shape[1] * receptive, shape[0] * receptive
 

@@ -107,6 +107,10 @@ def test_init_fans_and_gains():
     assert I.calculate_fan_in_and_fan_out(eg.zeros((5, 3))) == (3, 5)
     assert I.calculate_fan_in_and_fan_out(eg.zeros((8, 2, 3, 3))) == (18, 72)
     assert I.calculate_correct_fan(eg.zeros((8, 2, 3, 3)), "fan_out") == 72
+    # grouped weights count one group, as MegEngine's; a plain 5-d Conv3d weight is not grouped
+    assert I.calculate_fan_in_and_fan_out(M.Conv2d(4, 6, 3, groups=2).weight) == (18, 27)
+    assert I.calculate_fan_in_and_fan_out(M.Conv3d(4, 6, 3).weight) == (108, 162)
+    assert I.calculate_fan_in_and_fan_out(eg.zeros((2, 3, 2, 3, 3))) == (54, 36)
     assert I.calculate_gain("conv2d") == 1.0 and I.calculate_gain("tanh") == 5 / 3
     assert I.calculate_gain("relu") == math.sqrt(2)
     assert I.calculate_gain("leaky_relu", 0.2) == math.sqrt(2 / 1.04)

@@ -155,6 +155,10 @@ def init_fans_gains_and_set_value() -> dict:
     p = mge.Parameter(np.zeros(2, "float32"))
     p.grad_backup = 3.0
     p.set_value(mge.tensor(np.ones((2, 3), "float32")))
+    # a grouped and a depthwise convolution's weight count one group (MegEngine's 5-d layout)
+    module_fans = [list(init.calculate_fan_in_and_fan_out(m.weight)) for m in
+                   (M.Conv2d(4, 6, 3, groups=2), M.Conv2d(6, 6, 3, groups=6),
+                    M.ConvTranspose2d(4, 6, 3, groups=2))]
     return {"fans": fans, "gains": gains, "correct": float(init.calculate_correct_fan(
         mge.tensor(np.zeros((8, 2, 3, 3), "float32")), "fan_out")), "attr": p.grad_backup,
-        "set": p.numpy()}
+        "set": p.numpy(), "module_fans": module_fans}
