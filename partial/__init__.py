@@ -23,7 +23,6 @@ which file to open for a change.
 """
 
 from .cache import CacheInfo
-from .decorators import exclude_from_trace, partial_trace, trace, xla_trace
 from .errors import (
     CacheDirError,
     ExportError,
@@ -41,8 +40,11 @@ from .export_format import Loaded, load
 from .function import TracedFunction
 from .megengine_alias import MegEngineAliasError, alias_megengine, unalias_megengine
 from .module import TracedModule
+from .partial_tracing import partial_trace
 from .persistent_cache import set_cache_dir
 from .persistent_cache import set_from_environment as _set_from_environment
+from .tracing import exclude_from_trace, trace
+from .xla_backend import xla_trace
 
 __all__ = [
     "partial_trace", "xla_trace", "trace", "exclude_from_trace", "TraceError", "ValueReadError",

@@ -7,7 +7,8 @@ project's `trace`). Each aliased name is the project's module object itself, so
 
 It is opt-in and never hides a real MegEngine: where `megengine` is installed, `alias_megengine()`
 refuses unless called with `shadow=True`. `python -m partial.run_megengine SCRIPT ARGS...` runs a
-script with the alias installed.
+script with the alias installed. A MegEngine module with no counterpart here raises
+`MegEngineAliasError` naming it and, for MegEngine's public modules, saying why (`_WHY_NOT`).
 
 >>> import partial
 >>> partial.alias_megengine(shadow=True)
@@ -33,6 +34,51 @@ from .errors import TraceError
 # MegEngine's module names whose counterpart here has another name
 _RENAMES = {"megengine.jit": "partial"}
 
+# Why MegEngine's public modules that have no counterpart here have none (docs/guide.md lists
+# them too). Consulted only when the import fails, so a counterpart added later is served.
+_QUANTIZATION = ("quantization (fake quantization, observers, QAT and quantized modules) is "
+                 "not implemented")
+_WHY_NOT = {
+    "megengine.quantization": _QUANTIZATION,
+    "megengine.module.qat": _QUANTIZATION,
+    "megengine.module.quantized": _QUANTIZATION,
+    "megengine.module.quant_dequant": _QUANTIZATION,
+    "megengine.functional.quantized": _QUANTIZATION,
+    # modules MegEngine provides for quantization: QAT fuses or converts them
+    **dict.fromkeys((f"megengine.module.{m}" for m in ("batch_matmul_activation", "concat",
+                     "elemwise", "conv_transpose_bn", "linear_bn")),
+                    "a module MegEngine provides for quantization (QAT fuses or converts it); "
+                    + _QUANTIZATION),
+    "megengine.module.external": "MegEngine's modules that run external engines' models "
+                                 "(TensorRT, Atlas, Cambricon, MagicMind) are not implemented",
+    "megengine.traced_module": "MegEngine's TracedModule (editing a model as a graph) is not "
+                               "implemented; `partial_trace` compiles a region as it is",
+    "megengine.dtr": "dynamic tensor rematerialization is not implemented; "
+                     "`partial_trace(remat=True)` recomputes a region's forward in its backward",
+    "megengine.jit.dtr_config": "DTR is not implemented; see `partial_trace(remat=...)`",
+    "megengine.jit.sublinear_memory_config": "sublinear memory is not implemented; see "
+                                             "`partial_trace(remat=...)`",
+    "megengine.jit.graph_opt_config": "XLA chooses the graph optimizations of compiled code",
+    "megengine.xla": "MegEngine's own XLA lowering; `megengine.jit.xla_trace` (this project's "
+                     "`partial.xla_trace`) compiles with XLA here",
+    "megengine.amp.convert_format": "the NHWC layout conversion of amp is not implemented",
+    "megengine.data.dataset.vision.cityscapes": "the Cityscapes dataset is not implemented",
+    "megengine.data.dataset.vision.imagenet": "the ImageNet dataset class is not implemented; "
+                                              "`ImageFolder` reads its class folders",
+    "megengine.data.dataset.vision.utils": "MegEngine's dataset download helpers: datasets here "
+                                           "read files already on disk",
+    **dict.fromkeys(("megengine.data.signal_handling", "megengine.data.tools"),
+                    "MegEngine's DataLoader internals (the DataLoader here has its own)"),
+    "megengine.distributed.server": "MegEngine's XML-RPC rendezvous server: ranks here meet "
+                                    "through jax.distributed (`init_process_group`)",
+    "megengine.tools": "MegEngine's command-line tools",
+    "megengine.utils": "MegEngine's internal utilities",
+    "megengine.experimental": "MegEngine's experimental APIs",
+    "megengine.version": "this project is not a MegEngine release; "
+                         "`importlib.metadata.version('partial-trace')` gives its version",
+    "megengine.conftest": "MegEngine's own test configuration",
+}
+
 
 class MegEngineAliasError(TraceError, ImportError):
     """`alias_megengine()` cannot install the alias (a real MegEngine is there), or a
@@ -51,8 +97,33 @@ def target(name: str) -> str:
     return "eager" + name[len("megengine"):]
 
 
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
 def _is_aliased(name: str) -> bool:
-    return name == "megengine" or name.startswith("megengine.")
+    return _under(name, "megengine")
+
+
+def _missing(name: str, served: str) -> MegEngineAliasError:
+    """The error for MegEngine's module `name`, whose counterpart `served` does not exist."""
+    why = [r for p, r in _WHY_NOT.items() if _under(name, p)]
+    return MegEngineAliasError(
+        f"`{name}` has no counterpart in this project (it would be `{served}`)"
+        + (f": {why[0]}. " if why else ". ")
+        + "docs/guide.md ('Running MegEngine code unchanged') lists the MegEngine modules "
+        "served and those that are not; import the project's module directly, or open an "
+        "issue naming the MegEngine API the script needs.")
+
+
+def _register_loaded(name: str, served: str) -> None:
+    """Enter the submodules of `served` imported so far in `sys.modules` under MegEngine's names
+    too. Loaded afresh through the alias, `megengine.amp.autocast` would be set by the import
+    system as attribute `autocast` of its parent (`eager.amp`), hiding the class of that name
+    (and `import megengine.tensor` the function `eager.tensor`); MegEngine imports both at once."""
+    for sub, module in list(sys.modules.items()):
+        if module is not None and sub.startswith(served + "."):
+            sys.modules.setdefault(name + sub[len(served):], module)
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -71,14 +142,11 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         try:
             module = importlib.import_module(served)
         except ModuleNotFoundError as e:
-            if e.name is None or not served.startswith(e.name):
+            if e.name is None or not _under(served, e.name):
                 raise
-            raise MegEngineAliasError(
-                f"`{spec.name}` has no counterpart in this project (it would be `{served}`). "
-                "docs/guide.md ('Running MegEngine code unchanged') lists what is served; "
-                "import the project's module directly, or open an issue naming the MegEngine "
-                "API the script needs.") from None
+            raise _missing(spec.name, served) from None
         self._specs[served] = module.__spec__
+        _register_loaded(spec.name, served)
         return module
 
     def exec_module(self, module: ModuleType) -> None:

@@ -8,12 +8,15 @@ import types
 
 import pytest
 
-# A module spelled like a public function on purpose, as in MegEngine: `eager.tensor` imports as
-# the module (`from eager.tensor import Tensor`) while `eg.tensor(...)` is the constructor.
-MEGENGINE_SPELLINGS = {("eager", "tensor")}
+# Modules spelled like a public name on purpose, as in MegEngine: `eager.tensor` imports as the
+# module (`from eager.tensor import Tensor`) while `eg.tensor(...)` is the constructor; so do
+# `eager.amp.autocast` (the class `amp.autocast`) and `eager.distributed.launcher`.
+MEGENGINE_SPELLINGS = {("eager", "tensor"), ("eager.amp", "autocast"),
+                       ("eager.distributed", "launcher")}
 PACKAGES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.distributed",
-            "eager.ops", "eager.data", "eager.data.dataset", "eager.data.transform", "partial",
-            "xla_segments", "autograd_bridge"]
+            "eager.ops", "eager.data", "eager.data.dataset", "eager.data.transform",
+            "eager.data.transform.vision", "eager.autodiff", "eager.amp", "eager.random",
+            "partial", "xla_segments", "autograd_bridge"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -25,8 +25,8 @@ from .group import (
     is_distributed,
     rank_mesh,
 )
-from .helpers import bcast_list_, make_allreduce_cb
-from .processes import Launcher, launcher
+from .helper import bcast_list_, make_allreduce_cb
+from .launcher import Launcher, launcher
 from .sharding import shard_params
 
 __all__ = ["mesh", "shard_batch", "replicate", "shard_params", "save_checkpoint",

@@ -4,8 +4,9 @@ the LR schedulers (also importable from `optim.lr_scheduler`, as in PyTorch)."""
 from . import lr_scheduler
 from .adadelta import Adadelta
 from .adagrad import Adagrad
-from .adam import Adam, AdamW
-from .clip import clip_grad_norm, clip_grad_norm_, clip_grad_value, clip_grad_value_
+from .adam import Adam
+from .adamw import AdamW
+from .clip_grad import clip_grad_norm, clip_grad_norm_, clip_grad_value, clip_grad_value_
 from .lamb import LAMB, LAMBFp16
 from .lr_scheduler import (
     CosineAnnealingLR,
@@ -14,10 +15,10 @@ from .lr_scheduler import (
     LinearLR,
     LinearWarmup,
     LRScheduler,
-    MultiStepLR,
     OneCycleLR,
     StepLR,
 )
+from .multi_step_lr import MultiStepLR
 from .optimizer import Optimizer
 from .sgd import SGD
 

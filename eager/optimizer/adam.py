@@ -1,4 +1,5 @@
-"""Adam and AdamW with bias correction (PyTorch / MegEngine semantics)."""
+"""Adam with bias correction (PyTorch / MegEngine semantics); `AdamW` (`adamw.py`) is it with
+decoupled weight decay."""
 
 from __future__ import annotations
 
@@ -38,14 +39,3 @@ class Adam(Optimizer):
                     self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
                     self.hyper(group, "weight_decay"), n=len(params), decoupled=self._decoupled)
         self._set(params + m + v + steps, new)
-
-
-class AdamW(Adam):
-    """Adam with decoupled weight decay: p -= lr * weight_decay * p before the Adam step."""
-
-    _decoupled = True
-
-    def __init__(self, params: Params, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2):
-        super().__init__(params, lr, betas, eps, weight_decay)

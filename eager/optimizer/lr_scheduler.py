@@ -8,7 +8,6 @@ base lr) by a factor rising linearly to 1 over the first `warmup_steps` steps; P
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -88,19 +87,6 @@ class StepLR(LRScheduler):
 
     def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
         return base_lr * self.gamma ** (epoch // self.step_size)
-
-
-class MultiStepLR(LRScheduler):
-    """lr = base * gamma ** (number of milestones <= epoch)."""
-
-    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
-                 last_epoch: int = -1,
-                 current_epoch: int | None = None):
-        self.milestones, self.gamma = sorted(milestones), gamma
-        super().__init__(optimizer, last_epoch, current_epoch)
-
-    def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
-        return base_lr * self.gamma ** bisect.bisect_right(self.milestones, epoch)
 
 
 class CosineAnnealingLR(LRScheduler):
@@ -317,6 +303,10 @@ class OneCycleLR(LRScheduler):
             else:
                 g["momentum"] = m
 
+
+# MultiStepLR's code is in `multi_step_lr.py`, as in MegEngine; it is here too, with the rest of the
+# schedules, for PyTorch's `lr_scheduler.MultiStepLR`. Imported last: it subclasses LRScheduler.
+from .multi_step_lr import MultiStepLR  # noqa: E402
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR", "LambdaLR",
            "ExponentialLR", "LinearLR", "LinearWarmup", "OneCycleLR"]

@@ -3,10 +3,10 @@
 of `vision` (`ImageFolder`, `MNIST`, `CIFAR10`, `CIFAR100`; the detection datasets `COCO`,
 `Objects365`, `PascalVOC`), which read files already on disk and never download."""
 
-from .base import ArrayDataset as ArrayDataset
-from .base import ConcatDataset as ConcatDataset
-from .base import Dataset as Dataset
-from .base import StreamDataset as StreamDataset
+from .meta_dataset import ArrayDataset as ArrayDataset
+from .meta_dataset import ConcatDataset as ConcatDataset
+from .meta_dataset import Dataset as Dataset
+from .meta_dataset import StreamDataset as StreamDataset
 from .vision import CIFAR10 as CIFAR10
 from .vision import CIFAR100 as CIFAR100
 from .vision import COCO as COCO

@@ -14,20 +14,18 @@ outside one numpy's global generator, where `np.random.seed(s)` gives MegEngine'
 ((16, 24, 3), [[2.0, 2.0, 10.0, 6.0]])
 """
 
-from .base import PseudoTransform, Transform, TransformError, UnsupportedError, VisionTransform
-from .color import (
+from ..errors import TransformError, UnsupportedError
+from .meta_transform import PseudoTransform, Transform
+from .vision import (
     BrightnessTransform,
+    CenterCrop,
     ColorJitter,
+    Compose,
     ContrastTransform,
     GaussianNoise,
     HueTransform,
     Lighting,
     Normalize,
-    SaturationTransform,
-)
-from .compose import Compose, ToMode, TorchTransformCompose
-from .geometry import (
-    CenterCrop,
     Pad,
     RandomCrop,
     RandomHorizontalFlip,
@@ -35,7 +33,11 @@ from .geometry import (
     RandomResizedCrop,
     RandomVerticalFlip,
     Resize,
+    SaturationTransform,
     ShortestEdgeResize,
+    ToMode,
+    TorchTransformCompose,
+    VisionTransform,
 )
 
 __all__ = [

@@ -14,7 +14,7 @@ import numpy as np
 
 from ....errors import CheckpointError
 from ...errors import DatasetNotFoundError
-from ..base import Dataset
+from ..meta_dataset import Dataset
 
 PathLike = str | os.PathLike[str]
 

@@ -14,10 +14,10 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ..sample_rng import rng
+from ...errors import TransformError
+from ...sample_rng import rng
 from . import functional as F
-from .base import TransformError, VisionTransform
-from .compose import Compose
+from .transform import Compose, VisionTransform
 
 
 class _Photometric(VisionTransform):

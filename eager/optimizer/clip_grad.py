@@ -1,4 +1,5 @@
-"""Gradient clipping: rescale or bound the `.grad` of parameters in place before a step.
+"""Gradient clipping (MegEngine's `megengine.optimizer.clip_grad`): rescale or bound the `.grad`
+of parameters in place before a step.
 
 Each is one op over all the gradients (so a compiled step sees it), and rebinds every `.grad`
 Tensor to its clipped value, as MegEngine does: code holding a gradient sees the clipped one.

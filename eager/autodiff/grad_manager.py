@@ -1,34 +1,24 @@
-"""Autodiff front-end: `GradManager` (MegEngine's), custom `Function` nodes and `no_grad`.
-
->>> import eager as eg
->>> from eager.autodiff import GradManager
->>> w = eg.Parameter([1.0, 2.0])
->>> gm = GradManager().attach([w])
->>> with gm:
-...     loss = (w * w).sum()
-...     gm.backward(loss)
->>> w.grad.numpy().tolist()
-[2.0, 4.0]
-"""
+"""`GradManager` (MegEngine's `megengine.autodiff.grad_manager`): attach tensors, record the ops
+on them, and accumulate their gradients; `GradManagerGroup` records several managers at once."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import itertools
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import context, higher_order, hooks, tape
-from .device import grad_layout as _grad_layout
-from .errors import AttachError, BackwardError
-from .ops import OPS
-from .tensors import Tensor, _wrap, apply, read
+from .. import context, higher_order, tape
+from ..device import grad_layout as _grad_layout
+from ..errors import AttachError, BackwardError
+from ..ops import OPS
+from ..tensors import Tensor, _wrap, apply, read
+from .function import no_grad
 
 # Per thread: when each manager recording now began (a number that only grows). MegEngine nests
 # managers by that order: a manager's backward is recorded by the ones that began before it.
@@ -37,16 +27,6 @@ _OPEN: contextvars.ContextVar[tuple[int, ...]] = contextvars.ContextVar(
 _starts = itertools.count()
 
 Callback = Callable[[Tensor, Tensor], Tensor]
-
-
-@contextlib.contextmanager
-def no_grad() -> Iterator[None]:
-    """Ops inside the block are not recorded, even while a GradManager records."""
-    tape.change(paused=1)
-    try:
-        yield
-    finally:
-        tape.change(paused=-1)
 
 
 def _check_attachable(t: Any) -> None:
@@ -359,57 +339,6 @@ class GradManagerGroup:
                     gm._stop()
 
 
-class Function:
-    """A custom grad node: subclass with `forward(self, *inputs)` and `backward(self, *grads)`.
-
-    `forward` runs without recording and returns a Tensor or a tuple of Tensors; `backward`
-    receives one gradient per output (zeros for outputs that got none) and returns one gradient
-    (or None) per input. State for the backward can be kept on `self`.
-
-    >>> import eager as eg
-    >>> class Square(Function):
-    ...     def forward(self, x):
-    ...         self.x = x
-    ...         return x * x
-    ...     def backward(self, dy):
-    ...         return 2 * self.x * dy
-    >>> Square()(eg.tensor(3.0)).item()
-    9.0
-    """
-
-    def forward(self, *inputs: Any) -> Any:
-        raise NotImplementedError
-
-    def backward(self, *output_grads: Tensor) -> Any:
-        raise NotImplementedError
-
-    def __call__(self, *inputs: Any) -> Any:
-        h = context.current()
-        if h is not None:
-            h.function_call(self)
-        with no_grad():
-            result = self.forward(*inputs)
-        single = isinstance(result, Tensor)
-        outs = tuple(_wrap(read(o)) for o in ((result,) if single else result))
-        mask = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and hooks.needs_grad(x)]
-        if mask:
-            hooks.make_node(type(self).__name__,
-                            [inputs[i] for i in mask], outs,
-                            lambda cts: self._pullback(cts, mask, len(inputs)))
-        return outs[0] if single else outs
-
-    def _pullback(self, cts: Sequence, mask: Sequence[int], n_inputs: int) -> list:
-        with no_grad():
-            grads = self.backward(*(_wrap(c) for c in cts))
-        grads = [grads] if isinstance(grads, Tensor) or grads is None else list(grads)
-        if len(grads) != n_inputs:
-            raise BackwardError(
-                f"{type(self).__name__}.backward returned {len(grads)} gradients for "
-                f"{n_inputs} inputs; return one per input (None where there is none)"
-            )
-        return [None if grads[i] is None else read(grads[i]) for i in mask]
-
-
 _ONES: dict = {}
 
 
@@ -426,4 +355,4 @@ def _one(shape: tuple, dtype: Any) -> Any:
     return one
 
 
-__all__ = ["GradManager", "GradManagerGroup", "Function", "no_grad"]
+__all__ = ["GradManager", "GradManagerGroup"]

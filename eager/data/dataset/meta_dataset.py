@@ -1,4 +1,5 @@
-"""The dataset kinds a `DataLoader` reads: map-style (`Dataset`: an item per index, a length)
+"""The dataset kinds a `DataLoader` reads (MegEngine's `megengine.data.dataset.meta_dataset`):
+map-style (`Dataset`: an item per index, a length)
 and iterable (`StreamDataset`: items as they come), and two map-style containers.
 
 A loader pickles its dataset to each worker process, so a dataset should hold what is cheap to

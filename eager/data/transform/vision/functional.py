@@ -10,8 +10,9 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ..sample_rng import rng
-from .base import TransformError, image_size
+from ...errors import TransformError
+from ...sample_rng import rng
+from .transform import image_size
 
 
 def with_opencv(who: str, image: np.ndarray, call: Callable[[np.ndarray], Any]) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""Helpers of the per-rank style: a GradManager callback that all-reduces gradients, and an
-in-place broadcast of parameters from rank 0."""
+"""Helpers of the per-rank style (MegEngine's `megengine.distributed.helper`): a GradManager
+callback that all-reduces gradients, and an in-place broadcast of parameters from rank 0."""
 
 from __future__ import annotations
 

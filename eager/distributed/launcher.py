@@ -1,5 +1,5 @@
 """`launcher`: run a function in several processes of this host, each a rank of one process
-group, and collect their return values (MegEngine's `dist.launcher`).
+group, and collect their return values (MegEngine's `megengine.distributed.launcher`).
 
 Processes are spawned (never forked: jax's threads do not survive a fork). The parent waits for
 every rank's result; the first worker that raises or dies ends the run: the others are

@@ -1,17 +1,5 @@
-"""The framework's random number generator: one jax PRNG key, held in a Tensor.
-
-Every random op splits the key (`next_key`) and draws with the split-off part, so eager code and a
-captured region that draw the same numbers in the same order see bit-identical values: both split
-the same key the same way. Because the key is an ordinary Tensor, a capture lifts it as an input
-and writes it back like any other state.
-
->>> import eager as eg
->>> eg.random.seed(0)
->>> a = eg.random.normal(size=(2,))
->>> eg.random.seed(0)
->>> bool((eg.random.normal(size=(2,)) == a).numpy().all())
-True
-"""
+"""The generator (MegEngine's `megengine.random.rng`): one jax PRNG key held in a Tensor, the
+module-level draws from it, and `RNG`, a generator with a key of its own."""
 
 from __future__ import annotations
 
@@ -23,15 +11,15 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from .errors import OpTypeError
-from .op_errors import bad_argument, checked_shape
-from .ops import OPS
-from .tensors import Tensor, apply, rebind
+from ..errors import OpTypeError
+from ..op_errors import bad_argument, checked_shape
+from ..ops import OPS
+from ..tensors import Tensor, apply, rebind
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-    from .device import DeviceLike
+    from ..device import DeviceLike
 
 Size = int | Sequence[int] | None  # a draw's shape: one length, one per axis, or () for None
 _P = ParamSpec("_P")

@@ -16,9 +16,10 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ..sample_rng import rng
+from ...errors import TransformError, UnsupportedError
+from ...sample_rng import rng
 from . import functional as F
-from .base import TransformError, UnsupportedError, VisionTransform, image_size
+from .transform import VisionTransform, image_size
 
 
 def _shifted(coords: np.ndarray, dx: float, dy: float) -> np.ndarray:
