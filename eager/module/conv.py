@@ -5,7 +5,8 @@ Parameters are stored in MegEngine's shapes, so its state dicts and optimizer ch
 by position: a grouped convolution's weight (`groups > 1`) has a leading groups axis,
 (groups, out/groups, in/groups, *kernel), or (groups, in/groups, out/groups, *kernel)
 transposed; a bias is (1, out, 1, ...). PyTorch's flat weights and (out,) biases load into
-them too (`foreign_layouts.py`).
+them too (`foreign_layouts.py`). Weights start as MegEngine's, N(0, 1 / fan_in), and
+biases at zero.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .. import functional as F
 from ..errors import OpArgumentError
 from ..tensors import Tensor
 from . import init
-from ._params import Ints, _param, _tuple
+from ._params import Ints, _bias, _tuple, _weight
 from .module import Module
 
 
@@ -34,16 +35,18 @@ class _ConvNd(Module):
         self.kernel_size, self.stride = _tuple(kernel_size, n), _tuple(stride, n)
         self.padding, self.dilation = _tuple(padding, n), _tuple(dilation, n)
         shape, fan_in = self._weight_shape()
-        self.weight = _param(shape, fan_in)
+        self.weight = _weight(shape, fan_in)
         if groups > 1:
             init.mark_grouped(self.weight)
         # MegEngine's layout, (1, out, 1, ...): its code and optimizer checkpoints rely on it
-        self.bias = _param((1, out_channels) + (1,) * n, fan_in) if bias else None
+        self.bias = _bias((1, out_channels) + (1,) * n) if bias else None
 
     def _weight_shape(self) -> tuple[tuple[int, ...], int]:
+        """The weight's shape, and the fan_in MegEngine draws it with: every input channel
+        times the kernel's size, whatever the groups (so a depthwise weight starts small)."""
         cin_g = self.in_channels // self.groups
         return (_grouped(self.groups, self.out_channels, cin_g, self.kernel_size),
-                cin_g * math.prod(self.kernel_size))
+                self.in_channels * math.prod(self.kernel_size))
 
     def _extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -117,7 +120,7 @@ class _ConvTransposeNd(_ConvNd):
     def _weight_shape(self) -> tuple[tuple[int, ...], int]:
         cout_g = self.out_channels // self.groups
         return (_grouped(self.groups, self.in_channels, cout_g, self.kernel_size),
-                cout_g * math.prod(self.kernel_size))
+                self.out_channels * math.prod(self.kernel_size))
 
 
 class ConvTranspose2d(_ConvTransposeNd):
@@ -160,3 +163,4 @@ class ConvRelu2d(Conv2d):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(super().forward(x))
+

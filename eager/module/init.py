@@ -45,7 +45,8 @@ def ones_(t: Tensor) -> None:
 
 
 def fan_in_uniform_(t: Tensor, fan_in: int) -> None:
-    """U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's and MegEngine's default for Linear and Conv."""
+    """U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear and Conv (MegEngine
+    draws N(0, 1 / fan_in) and zero biases, as this project's layers do)."""
     bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
     uniform_(t, -bound, bound)
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from .. import functional as F
 from ..tensors import Tensor
-from ._params import _param
+from ._params import _bias, _weight
 from .module import Module
 
 
 class Linear(Module):
-    """y = x @ weight.T + bias, weight (out_features, in_features), PyTorch-default init."""
+    """y = x @ weight.T + bias, weight (out_features, in_features); initialized as MegEngine's,
+    weight N(0, 1 / in_features) and bias zeros."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = _param((out_features, in_features), in_features)
-        self.bias = _param((out_features,), in_features) if bias else None
+        self.weight = _weight((out_features, in_features), in_features)
+        self.bias = _bias((out_features,)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight, self.bias)

@@ -126,7 +126,7 @@ def test_ohem_training_xla_trace_equals_eager_with_one_compile():
     the same losses, parameters and momentum as eager code."""
     ref, comp = _ohem_model(), _ohem_model()
     step = xla_trace(lambda x, y: _ohem_step(*comp, x, y))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(2)  # batches whose hard-example counts vary (8 counts)
     counts = set()
     for _ in range(12):
         x = eg.tensor(rng.normal(size=(32, 6)).astype(np.float32))
