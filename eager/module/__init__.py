@@ -19,8 +19,17 @@ from .activation import (
 from .adaptive_pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d
 from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from .container import ModuleDict, ModuleList
-from .conv import Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d
+from .conv import (
+    Conv1d,
+    Conv2d,
+    Conv3d,
+    ConvRelu2d,
+    ConvTranspose2d,
+    ConvTranspose3d,
+    DeformableConv2d,
+)
 from .conv_bn import ConvBn2d, ConvBnRelu2d
+from .deformable_psroi_pooling import DeformablePSROIPooling
 from .dropout import Dropout, Dropout2d
 from .embedding import Embedding
 from .identity import Identity
@@ -46,5 +55,5 @@ __all__ = [
     "GRUCell", "RNN", "LSTM", "GRU",
     "InstanceNorm", "AdaptiveMaxPool2d", "Pad", "PixelShuffle", "LocalResponseNorm", "Conv3d",
     "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d", "ConvTranspose3d", "SlidingWindow",
-    "SlidingWindowTranspose",
+    "SlidingWindowTranspose", "DeformableConv2d", "DeformablePSROIPooling",
 ]

@@ -164,3 +164,23 @@ class ConvRelu2d(Conv2d):
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(super().forward(x))
 
+
+class DeformableConv2d(_ConvNd):
+    """Deformable 2-d convolution (`F.deformable_conv2d`): `forward(inp, offset, mask)`, the
+    offsets and mask computed by the caller (usually by a Conv2d of the same input).
+
+    The parameters are `Conv2d`'s. `conv_mode` and `compute_mode` are
+    `F.deformable_conv2d`'s.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, dilation: Ints = 1, groups: int = 1, bias: bool = True,
+                 conv_mode: str = "cross_correlation", compute_mode: str = "default"):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias)
+        self.conv_mode, self.compute_mode = conv_mode, compute_mode
+
+    def forward(self, inp: Tensor, offset: Tensor, mask: Tensor) -> Tensor:
+        return F.deformable_conv2d(inp, self.weight, offset, mask, self.bias, self.stride,
+                                   self.padding, self.dilation, self.groups, self.conv_mode,
+                                   self.compute_mode)

@@ -1,7 +1,10 @@
 """The op registry. `OPS` maps each op's name to its `Op`; the submodules register them."""
 
 from . import (  # noqa: F401  (they register the ops)
+    color,
+    correlation,
     ctc,
+    deformable,
     detection,
     elementwise,
     linalg,
@@ -13,6 +16,7 @@ from . import (  # noqa: F401  (they register the ops)
     sorting,
     updates,
     vision,
+    warp,
 )
 from .registry import OPS as OPS
 from .registry import Op as Op
