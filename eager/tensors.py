@@ -209,6 +209,16 @@ class Tensor(TensorMethods):
             return out
         return _wrap(read(self) if h is None else h.untracked(h.read(self)))
 
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """`copy.deepcopy`: a tensor of this one's class (a Parameter stays one) holding its value,
+        without gradient history, `.grad` or user attributes, as in MegEngine. Python's default
+        would copy the tape nodes behind it, and inside a traced region keep the dependence on
+        what it was computed from that the copy cuts (the zoo's spectral norm relies on it)."""
+        out = self.detach()
+        if type(self) is not Tensor:
+            out.__class__ = type(self)  # Parameter: Tensor's slots, nothing more
+        return out
+
     def astype(self, dtype: DTypeLike) -> Tensor:
         return apply(OPS["astype"], self, dtype=_checked_dtype(dtype))
 
@@ -225,12 +235,12 @@ class Tensor(TensorMethods):
         self._len = new._len
 
     def set_value(self, value: Any) -> None:
-        """Replace this tensor's value, shape and dtype included, by `value`'s, without
-        gradient history (MegEngine's deprecated `set_value`; `t[...] = value` keeps the shape
-        and dtype and is what new code writes)."""
-        new = value if isinstance(value, Tensor) else Tensor(value)
-        rebind(self, new._data)
-        self._len = new._len
+        """Replace this tensor's value, shape and dtype included, by `value`'s (MegEngine's
+        deprecated `set_value`; `t[...] = value` keeps the shape and dtype and is what new code
+        writes). As in MegEngine, the tensor takes `value`'s gradient history too: under a
+        recording GradManager, gradients through it reach what `value` was computed from
+        (`value.detach()` or `copy.deepcopy(value)` cuts it)."""
+        self._assign(value if isinstance(value, Tensor) else Tensor(value))
 
     # ----- shape ----------------------------------------------------------------------------
     def reshape(self, *shape: SupportsIndex | Sequence[SupportsIndex]) -> Tensor:

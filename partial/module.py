@@ -56,9 +56,9 @@ class TracedModule(M.Module):
     def _items(self) -> Iterator[tuple[str, Any]]:
         return self._module._items()
 
-    def train(self, mode: bool = True) -> TracedModule:
+    def train(self, mode: bool = True, recursive: bool = True) -> TracedModule:
         """Set the wrapped module's training mode (a different mode compiles its own entry)."""
-        self._module.train(mode)
+        self._module.train(mode, recursive)
         return self
 
     def _set_training(self, mode: bool) -> None:

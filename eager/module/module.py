@@ -10,6 +10,7 @@ or changing training mode, bumps `eager.hooks.epoch()`, which a capture's guards
 
 from __future__ import annotations
 
+import inspect
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -190,10 +191,17 @@ class Module:
         return self._named(_is_tensor, prefix, recursive, {})
 
     # ----- modes and state ------------------------------------------------------------------
-    def train(self, mode: bool = True) -> Module:
-        """Set training mode on this module and every sub-module; returns self."""
-        for m in self.modules():
-            m._set_training(bool(mode))
+    def train(self, mode: bool = True, recursive: bool = True) -> Module:
+        """Set training mode on this module and, with `recursive`, on every sub-module; returns
+        self. As in MegEngine, each sub-module in `modules()` order has its class's own `train`
+        called where it overrides this one (with `recursive=False` where its signature takes
+        it), so what an override does to its children is redone by their turns after it."""
+        mode = bool(mode)
+        self._set_training(mode)
+        if recursive:
+            for m in self.modules():
+                if m is not self:
+                    _train_one(m, mode)
         context.bump_epoch()
         return self
 
@@ -297,6 +305,18 @@ class Module:
 
     def _extra_repr(self) -> str:
         return ""
+
+
+def _train_one(m: Module, mode: bool) -> None:
+    """Put one sub-module in `mode`: its own `train` where its class overrides Module's (called
+    MegEngine's way, or PyTorch's `train(mode)` where it takes no `recursive`), else its flag."""
+    own = type(m).train
+    if own is Module.train:
+        m._set_training(mode)
+    elif "recursive" in inspect.signature(own).parameters:
+        m.train(mode, recursive=False)
+    else:
+        m.train(mode)
 
 
 def _per_channel(got: tuple[int, ...], want: tuple[int, ...]) -> bool:

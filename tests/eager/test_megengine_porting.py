@@ -1,7 +1,8 @@
 """MegEngine code that failed here before it was run against real MegEngine (data types, argument
 forms and initializers MegEngine accepts), each against an independent reference: float class
 labels, argmax over several axes, batch_norm with float16 input and float32 parameters or out of
-place, user attributes on tensors, `Tensor.set_value`, `M.init`'s fan, gain and MSRA / Xavier
+place, user attributes on tensors, `Tensor.set_value` (keeping its value's gradient history),
+`copy.deepcopy` of a tensor, `Module.train(mode, recursive)`, `M.init`'s fan, gain and MSRA / Xavier
 initializers, and `optim.LAMBFp16` against `LAMB` on float32 masters. The same programs run against
 real MegEngine in tests/parity/cases_porting.py."""
 
@@ -163,3 +164,81 @@ def test_an_integer_tensor_to_a_negative_int_power_raises():
         with pytest.raises(OpArgumentError, match=r"cast the base first.*test_megengine_porting"):
             power()
     np.testing.assert_allclose((i.astype("float32") ** -1).numpy(), [0.5, 1 / 3])
+
+
+def test_set_value_keeps_the_gradient_history_of_its_value():
+    """MegEngine's `b.set_value(w * 3)` makes `b` the product: gradients through `b` reach `w`
+    (the zoo's spectral norm relies on it); `detach()` cuts it."""
+    w, x = eg.Parameter([1.0, 2.0]), eg.tensor([1.0, 1.0])
+    b = eg.tensor([0.0, 0.0])
+    gm = GradManager().attach([w])
+    with gm:
+        b.set_value(w * 3)
+        gm.backward((b * x).sum())
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0, 3.0])
+    w.grad = None
+    with gm:
+        b.set_value((w * 3).detach())
+        gm.backward((b * x).sum() + (w * 0).sum())
+    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 0.0])
+
+
+def test_deepcopy_is_a_detached_tensor_of_the_same_class():
+    import copy
+
+    from partial import partial_trace
+
+    w = eg.Parameter([1.0, 2.0])
+    w.note = "user attribute"
+    gm = GradManager().attach([w])
+
+    def step(v):
+        y = w * v
+        return (copy.deepcopy(y) * w).sum()  # the copy is a constant: d/dw = copy
+
+    grads = []
+    for fn in (step, partial_trace(step)):
+        w.grad = None
+        with gm:
+            gm.backward(fn(eg.tensor([2.0, 3.0])))
+        grads.append(w.grad.numpy())
+    np.testing.assert_array_equal(grads[0], [2.0, 6.0])
+    np.testing.assert_array_equal(grads[1], grads[0])
+    c = copy.deepcopy(w)
+    assert type(c) is eg.Parameter and c is not w and c.grad is None
+    assert not hasattr(c, "note") and c.numpy().tolist() == [1.0, 2.0]
+
+
+def test_train_calls_overridden_train_of_sub_modules_as_megengine():
+    """`train(mode, recursive)` as MegEngine's: a sub-module's own `train` is called, with
+    `recursive=False` where it takes it (also in tests/parity/cases_porting.py)."""
+    class FrozenBN(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = M.BatchNorm2d(2)
+
+        def train(self, mode=True, recursive=True):
+            super().train(mode, recursive)
+            self.bn.eval()  # a model that freezes its BatchNorm when trained
+            return self
+
+    calls = []
+
+    class TorchStyle(M.Module):
+        def train(self, mode=True):  # PyTorch's signature: called without `recursive`
+            calls.append(mode)
+            return super().train(mode)
+
+    frozen = FrozenBN()
+    frozen.eval()
+    frozen.train()
+    assert frozen.training and not frozen.bn.training
+    net = M.Sequential(FrozenBN(), TorchStyle(), M.Dropout(0.1))
+    net.eval()
+    net.train()
+    # MegEngine's order: each module in `modules()` order, so the BatchNorm's own turn comes
+    # after its parent's override froze it (real MegEngine 1.13 gives the same)
+    assert net.training and net[0].training and net[0].bn.training and net[2].training
+    assert calls == [False, True]  # PyTorch's signature is called without `recursive`
+    net.train(False, recursive=False)
+    assert not net.training and net[2].training

@@ -162,3 +162,46 @@ def init_fans_gains_and_set_value() -> dict:
     return {"fans": fans, "gains": gains, "correct": float(init.calculate_correct_fan(
         mge.tensor(np.zeros((8, 2, 3, 3), "float32")), "fan_out")), "attr": p.grad_backup,
         "set": p.numpy(), "module_fans": module_fans}
+
+
+@case()
+def set_value_deepcopy_and_train_recursive() -> dict:
+    """`set_value` keeps its value's gradient history, `copy.deepcopy` of a tensor cuts it and
+    drops user attributes, and `train(mode, recursive)` calls overridden `train`s in
+    `modules()` order (the zoo's BigGAN spectral norm and mimicry GANs rely on these)."""
+    import copy
+
+    import megengine as mge
+    import megengine.module as M
+    from megengine.autodiff import GradManager
+
+    w, x = mge.Parameter(np.array([1.0, 2.0], "float32")), mge.tensor([1.0, 1.0])
+    b = mge.tensor([0.0, 0.0])
+    gm = GradManager().attach([w])
+    with gm:
+        b.set_value(w * 3)
+        y = w * x
+        gm.backward((b * x).sum() + (copy.deepcopy(y) * w).sum())
+    w.note = "attribute"
+    c = copy.deepcopy(w)
+
+    class FrozenBN(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = M.BatchNorm2d(2)
+
+        def forward(self, v):
+            return v
+
+        def train(self, mode=True, recursive=True):
+            super().train(mode, recursive)
+            self.bn.eval()
+
+    frozen, net = FrozenBN(), M.Sequential(FrozenBN(), M.Dropout(0.1))
+    for m in (frozen, net):
+        m.eval()
+        m.train()
+    net.train(False, recursive=False)
+    return {"grad": w.grad.numpy(), "copy": [type(c).__name__, hasattr(c, "note"), c.numpy()],
+            "frozen": [frozen.training, frozen.bn.training],
+            "net": [m.training for m in net.modules()]}

@@ -42,6 +42,30 @@ symmetric cross entropy of the 2x2 logits; the whole model traced; `youtokentome
 `regex`, `tqdm` where missing, replaced by empty modules, see `runner.py`). Dropout modules
 are in eval mode on both sides. CLIP agrees to 1.3e-5 (gradients) and BERT's trace to 6e-7.
 
+GANs (builds and steps in `runner.py`). BigGAN as big_sleep trains it: a 4-block BigGAN (16x16
+images, spectral norm on every layer, self-attention, whose zero-initialised gain is set to 0.5
+so that its weights get gradients) fed by big_sleep's `Latents` under its `EMA`, the mean of the
+squared image as loss, then big_sleep's Adam step on the latents and `EMA.update()`; besides
+losses and gradients, `state` (every buffer after the step: the power iteration's `weight_u` /
+`weight_v`, the normalised `weight`s, the EMA's accumulator; and the latents, their average and
+biased copies) is compared, float ones by relative L2 with the gradients' tolerance, integer ones
+exactly; `model.biggan` is traced. VQGAN (`VQModel`, 2x3x32x32 images, 32 codes of 16 channels)
+and its Gumbel variant (`GumbelVQ`, kl_weight 1, the Gumbel noise an input): mean |x - x_rec|
+plus the quantiser's loss, the code indices in `state` (equal on all sides); `encode` and
+`decode` are traced. Against MegEngine: BigGAN's losses to 5e-7, gradients to 1.7e-6, buffers
+to 9e-7; VQGAN's losses to 1e-7, gradients to 9.3e-6; the Gumbel VQGAN's to 1.5e-7 and 7.7e-6.
+Their traces agree with eager to 2e-6.
+
+megengine_mimicry's DCGAN and WGAN (`official/vision/gan`) have no MegEngine reference: MegEngine
+1.13 cannot import them (`nets/losses.py`: `ModuleNotFoundError: No module named
+'megengine.core.tensor_factory'`, a module gone since MegEngine 1.0); with it served by
+`runner.py`, their generator fails in MegEngine at `F.interpolate` (`AttributeError: module
+'megengine.functional' has no attribute 'interpolate'`; 1.13 has `F.nn.interpolate`), and their
+`BaseModel.train(mode)` override makes MegEngine 1.13's `Module.train()` / `eval()` raise
+`TypeError` (no `recursive` argument). Here they build and run (16x16 images; one generator and
+one discriminator loss of the zoo's `losses`), and `netG` and `netD` traced agree with eager to
+1e-6 (`MEGENGINE_FAILS`).
+
 BERT has no MegEngine reference: MegEngine 1.13 eager raises `TypeError: py_apply expects
 tensor as inputs` at its attention's `F.concat([mge.tensor(x.shape)[:-1], (heads, size)])`
 (`MEGENGINE_FAILS`). Here `model.bert` is traced with `graph_breaks=True`: without it the
@@ -94,7 +118,8 @@ INTERPRETER = os.environ.get("MEGENGINE_PYTHON")
 MODELS = os.environ.get("MEGENGINE_MODELS")
 
 MODEL_NAMES = ("resnet18", "retinanet", "fcos", "atss", "freeanchor", "faster_rcnn",
-               "shufflenet_v2_x0_5", "bert", "deeplabv3plus", "simplebaseline_res50", "clip")
+               "shufflenet_v2_x0_5", "bert", "deeplabv3plus", "simplebaseline_res50", "clip",
+               "biggan", "vqgan", "vqgan_gumbel", "dcgan", "wgan")
 LOSS_RTOL, LOSS_ATOL = 1e-4, 1e-5
 GRAD_REL_L2 = 1e-3
 # see the module docstring: float32 rounding amplified, measured against float64
@@ -124,6 +149,12 @@ MEGENGINE_FAILS = {
              "`F.concat([mge.tensor(x.shape)[:-1], (heads, size)])`: concat of a Tensor and a "
              "tuple raises `TypeError: py_apply expects tensor as inputs`, so the zoo's BERT "
              "has no MegEngine reference as written"),
+    **{name: ("AttributeError: module 'megengine.functional' has no attribute 'interpolate'",
+              "megengine_mimicry's GBlock upsamples with `F.interpolate`, which MegEngine 1.13 "
+              "has only as `F.nn.interpolate` (and its losses import "
+              "`megengine.core.tensor_factory`, gone since 1.0, which runner.py serves): "
+              "the zoo's GANs have no MegEngine 1.13 reference as written")
+       for name in ("dcgan", "wgan")},
     "fcos": "MegEngine 1.13 fails in fcos.get_ground_truth, `areas[~is_cared_in_the_level] = "
             "inf`: megdnn naive MaskedFill assertion at 128x128 "
             "(a 256x256 input may avoid it: not checked)",
@@ -169,6 +200,17 @@ def _inputs(name: str, work: Path) -> None:
         return
     if name == "simplebaseline_res50":
         np.save(work / "image.npy", rng.rand(1, 3, 128, 96).astype("float32"))
+        return
+    if name == "biggan":  # big_sleep's latents are parameters: no inputs
+        return
+    if name in ("vqgan", "vqgan_gumbel"):
+        np.save(work / "image.npy", (rng.rand(2, 3, 32, 32) * 2 - 1).astype("float32"))
+        if name == "vqgan_gumbel":  # the Gumbel noise's uniform draws, (batch, codes, 16, 16)
+            np.save(work / "gumbel_uniform.npy", rng.rand(2, 32, 16, 16).astype("float32"))
+        return
+    if name in ("dcgan", "wgan"):
+        np.save(work / "noise.npy", rng.randn(2, 16).astype("float32"))
+        np.save(work / "image.npy", rng.rand(2, 3, 16, 16).astype("float32"))
         return
     if name == "clip":
         np.save(work / "image.npy", rng.rand(2, 3, 32, 32).astype("float32"))
@@ -237,6 +279,18 @@ def _compare(ours: dict[str, Any], theirs: dict[str, Any], what: str, loss_rtol:
             assert got.shape == want.shape, f"{what}: grad {key} shape {got.shape}, {want.shape}"
             error = _rel_l2(got, want)
             assert error < grad_rel, f"{what}: grad {key} relative L2 error {error:.3g}"
+    # what the step leaves besides gradients (the GANs': buffers, updated latents, code indices)
+    assert sorted(ours["state"]) == sorted(theirs["state"]), \
+        f"{what}: state entries {sorted(ours['state'])}, want {sorted(theirs['state'])}"
+    for key, want in theirs["state"].items():
+        got, want = _array(ours["state"][key]), _array(want)
+        assert got.shape == want.shape, f"{what}: {key} shape {got.shape}, want {want.shape}"
+        if want.dtype.kind in "biu":
+            assert np.array_equal(got, want), \
+                f"{what}: {key} differs at {int((got != want).sum())} of {want.size} places"
+        else:
+            error = _rel_l2(got, want)
+            assert error < grad_rel, f"{what}: {key} relative L2 error {error:.3g}"
 
 
 @pytest.fixture(scope="module", params=MODEL_NAMES)
