@@ -51,6 +51,15 @@ _WHY_NOT = {
                     + _QUANTIZATION),
     "megengine.module.external": "MegEngine's modules that run external engines' models "
                                  "(TensorRT, Atlas, Cambricon, MagicMind) are not implemented",
+    "megengine.functional.external": "MegEngine's ops that run external engines' models "
+                                     "(TensorRT, Atlas, Cambricon, MagicMind) are not implemented",
+    "megengine.functional.inplace": "MegEngine's private in-place add kernel for its optimizers; "
+                                    "optimizer updates here are ops that donate their buffers",
+    "megengine.functional.tensor_cache": "MegEngine's private cache of constant scalar tensors; "
+                                         "jax keeps a program's constants itself",
+    "megengine.functional.debug_param": "MegEngine's kernel-search setting "
+                                        "(`set_execution_strategy`: heuristic or profiled); XLA "
+                                        "chooses kernels here",
     "megengine.traced_module": "MegEngine's TracedModule (editing a model as a graph) is not "
                                "implemented; `partial_trace` compiles a region as it is",
     "megengine.dtr": "dynamic tensor rematerialization is not implemented; "

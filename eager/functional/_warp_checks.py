@@ -15,8 +15,7 @@ from ..ops.color import MODES
 from ..ops.correlation import correlation_shape
 from ..ops.warp import BORDERS, fixed_point
 from ..tensors import Tensor
-from .shape import _t
-from .vision_ops import _float_input, _ints
+from ._args import _float_input, _ints, _t
 
 # MegEngine lists these, but its CPU kernels refuse them or leave pixels unwritten
 _UNWRITTEN = ("isolated", "transparent")

@@ -4,6 +4,8 @@ Class labels given to `cross_entropy` and `nll_loss` are checked in eager code: 
 [0, C) raises `IndexError`, where the gather would otherwise give nan (or, for -C..-1, silently
 pick a class counted from the end). Float labels holding whole numbers (MegEngine code often
 passes them) are taken as int32; a fractional one raises, where MegEngine truncates it.
+`ctc_loss` reads its lengths and labels on the host in eager code and checks them too (MegEngine
+asserts the same); inside a region (`partial_trace`, `xla_trace`) nothing is checked.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any
 import numpy as np
 
 from ..context import current
+from ..errors import OpTypeError
 from ..index_checks import check_range, host_values
 from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
+from ._args import _t
 
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -162,7 +166,76 @@ def kl_div(pred: Any, label: Any, reduction: str = "mean", log_target: bool = Fa
     return apply(OPS["kl_div"], pred, label, log_target=bool(log_target), reduction=reduction)
 
 
-from .ctc import ctc_loss  # noqa: E402  (MegEngine's F.loss has it; it lives with its checks)
+# ----- connectionist temporal classification ------------------------------------------------------
+def ctc_loss(pred: Any, pred_lengths: Any, label: Any, label_lengths: Any, blank: int = 0,
+             reduction: str = "mean") -> Tensor:
+    """The connectionist temporal classification loss of `pred` (T, N, C), which holds
+    *probabilities* (softmax outputs, not log-probabilities), as MegEngine defines it.
+
+    Sample n uses the first `pred_lengths[n]` frames and the label `label[n, :label_lengths[n]]`
+    of an (N, S) `label`, or its part of a 1-d `label` that concatenates them all; labels do not
+    contain `blank`. The loss of a sample is -log of the total probability of its alignments;
+    "mean" averages loss / label_length over the batch, "sum" adds the losses, "none" gives
+    the N losses.
+    """
+    pred, pred_lengths, label, label_lengths = (
+        _t(v) for v in (pred, pred_lengths, label, label_lengths))
+    _check(reduction, "ctc_loss")
+    _check_shapes(pred, pred_lengths, label, label_lengths, int(blank))
+    width = label.shape[-1] if label.ndim == 2 else label.size
+    if current() is None:
+        width = _check_values(pred, pred_lengths, label, label_lengths)
+    return apply(OPS["ctc_loss"], pred, pred_lengths, label, label_lengths, blank=int(blank),
+                 width=int(width), reduction=reduction)
+
+
+def _check_shapes(pred: Tensor, pred_lengths: Tensor, label: Tensor, label_lengths: Tensor,
+                  blank: int) -> None:
+    if pred.ndim != 3 or np.dtype(pred.dtype).kind not in "fV":
+        raise bad_argument(f"ctc_loss: pred must be a float (T, N, C) tensor of probabilities, "
+                           f"got shape {pred.shape} dtype {np.dtype(pred.dtype)}.")
+    _, n, c = pred.shape
+    for value, name in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths"),
+                        (label, "label")):
+        if np.dtype(value.dtype).kind not in "iu":
+            raise bad_argument(f"ctc_loss: {name} must hold integers, got dtype "
+                               f"{np.dtype(value.dtype)}; convert it with .astype('int32').",
+                               OpTypeError)
+    for value, name in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths")):
+        if value.ndim != 1 or value.shape[0] != n:
+            raise bad_argument(f"ctc_loss: {name} must have shape ({n},), one length per "
+                               f"sample of pred {pred.shape}; got {value.shape}.")
+    if not (label.ndim == 1 or (label.ndim == 2 and label.shape[0] == n)):
+        raise bad_argument(f"ctc_loss: label must be (N, S) with N = {n}, or 1-d (the labels "
+                           f"concatenated); got shape {label.shape}.")
+    if not 0 <= blank < c:
+        raise bad_argument(f"ctc_loss: blank={blank} must be a class of pred {pred.shape}, "
+                           f"in [0, {c}).")
+
+
+def _check_values(pred: Tensor, pred_lengths: Tensor, label: Tensor,
+                  label_lengths: Tensor) -> int:
+    """Check lengths and labels on the host; return the width of the widest label."""
+    t, _, c = pred.shape
+    frames, lengths = host_values(pred_lengths), host_values(label_lengths)
+    if frames.size and (frames.min() < 1 or frames.max() > t):
+        raise bad_argument(f"ctc_loss: pred_lengths must lie in [1, {t}] (pred has {t} "
+                           f"frames), got {frames.tolist()}.")
+    widest = int(label.shape[1]) if label.ndim == 2 else int(lengths.max(initial=0))
+    if lengths.size and (lengths.min() < 1 or lengths.max() > widest):
+        raise bad_argument(f"ctc_loss: label_lengths must lie in [1, {widest}] for a label "
+                           f"of shape {label.shape}, got {lengths.tolist()}.")
+    symbols = host_values(label)
+    if label.ndim == 1:
+        if symbols.size != lengths.sum():
+            raise bad_argument(f"ctc_loss: a 1-d label holds the labels concatenated, so its "
+                               f"size {symbols.size} must be sum(label_lengths) = "
+                               f"{int(lengths.sum())}.")
+    else:
+        symbols = symbols[np.arange(symbols.shape[1]) < lengths[:, None]]
+    check_range("ctc_loss", symbols, c, "label", size=f"{c} classes (pred {pred.shape})")
+    return max(widest, 1)
+
 
 __all__ = ["cross_entropy", "nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss",
            "square_loss", "smooth_l1_loss", "hinge_loss", "kl_div", "ctc_loss"]

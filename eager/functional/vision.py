@@ -18,9 +18,9 @@ from ..ops import OPS
 from ..ops.color import MODES
 from ..tensors import Tensor, apply
 from . import _warp_checks as check
-from .detection import _real, nms, roi_align, roi_pooling
-from .neural import interpolate
-from .shape import _t
+from ._args import _t
+from ._detection import _real, nms, roi_align, roi_pooling
+from ._resize import interpolate
 
 
 def remap(inp: Any, map_xy: Any, border_mode: str = "replicate", scalar: float = 0.0,

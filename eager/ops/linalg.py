@@ -1,6 +1,7 @@
 """Linear algebra and related ops: logaddexp, dot, diag, roll, meshgrid, matrix inverse, SVD,
-and top-k accuracy. Their functional wrappers (`eager/functional/linalg.py`) check the
-arguments and pass canonical static attributes.
+and top-k accuracy. Their functional wrappers (in `eager/functional/`: `elemwise.py`, `math.py`,
+`tensor.py` and `metric.py`, as MegEngine places them) check the arguments and pass canonical
+static attributes.
 
 Inverse and SVD have no float16/bfloat16 kernels in jax: those inputs are computed in float32
 and the results cast back, as MegEngine's float16 matinv returns float16.

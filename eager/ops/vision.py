@@ -2,8 +2,8 @@
 
 Adaptive max pooling and instance normalization need no op of their own: MegEngine's adaptive
 bins are a regular pooling window (`max_pool2d`), and instance normalization is a group
-normalization with one channel per group (`group_norm`); `eager/functional/vision_ops.py`
-composes them.
+normalization with one channel per group (`group_norm`); `eager/functional/_pool.py` and
+`_norm.py` compose them.
 """
 
 import jax

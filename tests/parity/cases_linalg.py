@@ -1,5 +1,5 @@
 """Parity cases for logaddexp, dot, diag, roll, swapaxes, meshgrid, matinv, svd and
-topk_accuracy (eager/functional/linalg.py).
+topk_accuracy (their wrappers: eager/functional/elemwise.py, math.py, tensor.py, metric.py).
 
 Inputs where real MegEngine 1.13 is wrong on the CPU are left out, not copied:
 - `logaddexp(-inf, -inf)` and `logaddexp(inf, inf)` give nan there (-inf and inf here, numpy's);

@@ -1,5 +1,5 @@
-"""Detection functions of MegEngine's `F.vision` (and `F.nn`): RoI align, RoI pooling and
-non-maximum suppression, with MegEngine 1.13's signatures and rules.
+"""Detection functions of MegEngine's `F.vision` (vision.py re-exports them): RoI align, RoI
+pooling and non-maximum suppression, with MegEngine 1.13's signatures and rules.
 
 A RoI is a row (batch index, x0, y0, x1, y1) of a (K, 5) tensor; its batch index names an image
 of the input (a value outside [0, N) reads an unspecified image). RoIs get no gradient, as in
@@ -18,8 +18,8 @@ from ..indexing import mask_indices
 from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
-from .shape import _count, _t
-from .vision_ops import _float_input, _ints
+from ._args import _float_input, _ints, _t
+from .tensor import _count
 
 _MODES = ("average", "max")
 

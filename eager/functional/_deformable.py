@@ -1,5 +1,5 @@
 """Deformable functions of MegEngine's `F.nn`: deformable convolution and deformable PS RoI
-pooling, with MegEngine 1.13's signatures and rules (`F.nn`, nn.py, re-exports them).
+pooling, with MegEngine 1.13's signatures and rules (nn.py imports them).
 
 Both compute in float32, as MegEngine does. The input, weight, offsets, mask and bias of the
 convolution get gradients; in the pooling the input and the offsets `trans` do, the RoIs not.
@@ -15,9 +15,8 @@ from ..errors import OpTypeError
 from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
-from .detection import _real, _rois
-from .shape import _t
-from .vision_ops import _float_input, _ints
+from ._args import _float_input, _ints, _t
+from ._detection import _real, _rois
 
 _COMPUTE_MODES = ("default", "float32")
 

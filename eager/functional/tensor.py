@@ -1,23 +1,40 @@
-"""Shape, movement, ordering and selection functions (MegEngine signatures)."""
+"""Tensor functions (MegEngine's `megengine.functional.tensor`): creation, shape and movement
+(reshape, transpose, concat, split, roll, ...), gathering and scattering along an axis, scans,
+triangles and the selections whose size depends on the values (`cond_take`, `nonzero`).
+
+>>> import eager as eg, eager.functional as F
+>>> F.tensor.concat([eg.tensor([1, 2]), eg.tensor([3])]).numpy().tolist()
+[1, 2, 3]
+>>> F.roll(eg.tensor([[1, 2], [3, 4], [5, 6]]), 1, 0).numpy().tolist()
+[[5, 6], [1, 2], [3, 4]]
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import ragged as _ragged
+from ..creation import (  # defined once, for `eg.zeros` and `F.zeros` alike
+    arange,
+    eye,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    zeros,
+    zeros_like,
+)
 from ..errors import OpTypeError
 from ..index_checks import check_range
 from ..indexing import _shape_arg, mask_indices
-from ..op_errors import bad_argument, number
+from ..op_errors import bad_argument
 from ..ops import OPS
 from ..tensors import Tensor, apply
-
-
-def _t(x: Any) -> Tensor:
-    return x if isinstance(x, Tensor) else Tensor(x)
+from ._args import _is_int, _t
 
 
 def reshape(x: Any, shape: Sequence[int]) -> Tensor:
@@ -121,15 +138,6 @@ def scatter(x: Any, axis: int, index: Any, source: Any) -> Tensor:
     return apply(OPS["scatter"], x, index, source, axis=axis)
 
 
-def indexing_one_hot(src: Any, index: Any, axis: int = 1, keepdims: bool = False) -> Tensor:
-    """Pick, along `axis`, the element at `index` (one per position): src[i, index[i]]. An
-    index out of range raises `OpIndexError` in eager code (in a compiled region: nan)."""
-    src = _t(src)
-    axis = _axis("indexing_one_hot", src, axis)
-    _check_along(src, axis, index, "indexing_one_hot")
-    return apply(OPS["indexing_one_hot"], src, index, axis=axis, keepdims=keepdims)
-
-
 def _check_along(x: Any, axis: int, index: Any, fn: str) -> None:
     shape = tuple(getattr(x, "shape", ()))
     if -len(shape) <= axis < len(shape):  # else the op itself says what is wrong
@@ -143,91 +151,9 @@ def copy(x: Any, device: Any = None) -> Tensor:
     return x.clone() if device is None else x.to(device)
 
 
-def one_hot(x: Any, num_classes: int, dtype: Any = "float32") -> Tensor:
-    """One-hot encoding of integer `x` along a new last axis. A label outside
-    [0, num_classes) raises `OpIndexError` in eager code (MegEngine aborts); in a compiled
-    region its row is all zeros."""
-    kind = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
-    if kind.kind not in "iu":
-        raise bad_argument(f"one_hot: x must hold integer class indices, got dtype {kind}; "
-                           "convert it with .astype('int32').", OpTypeError)
-    if int(num_classes) > 0:  # else the op says what is wrong with num_classes
-        check_range("one_hot", x, int(num_classes), "label", size=f"{int(num_classes)} classes")
-    return apply(OPS["one_hot"], x, num_classes=int(num_classes), dtype=np.dtype(dtype))
-
-
-_PAD_MODES = {"constant": "constant", "edge": "edge", "replicate": "edge", "reflect": "reflect",
-              "symmetric": "symmetric"}
-
-
-def pad(x: Any, pad_width: Sequence[Sequence[int]], mode: str = "constant",
-        constant_value: float = 0.0) -> Tensor:
-    """Pad with (before, after) widths per axis; modes constant, edge/replicate, reflect,
-    symmetric, in either case (MegEngine writes "CONSTANT")."""
-    if not isinstance(mode, str) or mode.lower() not in _PAD_MODES:
-        raise bad_argument(f"pad: unknown mode {mode!r}; use one of {sorted(_PAD_MODES)} "
-                           "(in either case).")
-    mode = mode.lower()
-    widths = tuple((int(a), int(b)) for a, b in pad_width)
-    return apply(OPS["pad"], x, pad_width=widths, mode=_PAD_MODES[mode],
-                 constant_value=number(constant_value, "constant_value"))
-
-
-# ----- ordering and scans along an axis ----------------------------------------------------------
-def _last_axis(fn: str, x: Tensor) -> int:
-    if x.ndim == 0:
-        raise bad_argument(f"{fn}: needs at least one axis (it works along the last one), got "
-                           "a 0-d tensor; reshape it to (1,) first.")
-    return x.shape[-1]
-
-
-def sort(x: Any, descending: bool = False) -> tuple[Tensor, Tensor]:
-    """(values, int32 indices) sorted along the last axis; ties keep their order.
-
-    >>> import eager as eg, eager.functional as F
-    >>> [t.numpy().tolist() for t in F.sort(eg.tensor([3.0, 1.0, 2.0]), descending=True)]
-    [[3.0, 2.0, 1.0], [0, 2, 1]]
-    """
-    x = _t(x)
-    _last_axis("sort", x)
-    return apply(OPS["sort"], x, descending=bool(descending))
-
-
-def argsort(x: Any, descending: bool = False) -> Tensor:
-    """The int32 indices that sort `x` along the last axis (stable)."""
-    x = _t(x)
-    _last_axis("argsort", x)
-    return apply(OPS["argsort"], x, descending=bool(descending))
-
-
-def topk(x: Any, k: Any, descending: bool = True, kth_only: bool = False,
-         no_sort: bool = False) -> tuple[Tensor, Tensor]:
-    """(values, int32 indices) of the `k` largest entries along the last axis (the smallest with
-    `descending=False`), in order; MegEngine's default is descending too. With `kth_only` only
-    the k-th one: the last axis is dropped. `no_sort` allows any order; the result here is
-    always sorted.
-
-    As in MegEngine, `k` may be a Tensor (its value is read), a `k` above the axis length gives
-    the whole axis sorted, and a negative `k` gives the `-k` entries from the other end, in the
-    order seen from there (`F.topk(x, -1)` is the smallest with `descending=True`).
-
-    >>> import eager as eg, eager.functional as F
-    >>> [t.numpy().tolist() for t in F.topk(eg.tensor([2.0, 4.0, 1.0, 3.0]), 2)]
-    [[4.0, 3.0], [1, 3]]
-    >>> [t.numpy().tolist() for t in F.topk(eg.tensor([2.0, 4.0, 1.0, 3.0]), -2)]
-    [[1.0, 2.0], [2, 0]]
-    """
-    x = _t(x)
-    n = _last_axis("topk", x)
-    if isinstance(k, Tensor) and k.size == 1 and np.dtype(k.dtype).kind in "iu":
-        k = k.item()
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k == 0:
-        raise bad_argument(f"topk: k must be a nonzero int (or an int Tensor of one element), "
-                           f"got {k!r}, for the last axis of shape {x.shape}.")
-    if k < 0:
-        k, descending = -k, not descending
-    return apply(OPS["topk"], x, k=min(int(k), n), descending=bool(descending),
-                 kth_only=bool(kth_only))
+def where(mask: Any, x: Any, y: Any) -> Tensor:
+    """x where mask is true, else y (with broadcasting)."""
+    return apply(OPS["where"], mask, x, y)
 
 
 def _axis(fn: str, x: Tensor, axis: int) -> int:
@@ -267,6 +193,106 @@ def tril(x: Any, k: int = 0) -> Tensor:
 def triu(x: Any, k: int = 0) -> Tensor:
     """The upper triangle of the last two axes: entries below diagonal `k` become 0."""
     return apply(OPS["triu"], _matrix("triu", x), k=int(k))
+
+
+# ----- diagonals, rolls, axis swaps and grids -----------------------------------------------------
+def _named_axis(fn: str, name: str, x: Tensor, axis: Any) -> int:
+    """`axis` of `x` made non-negative, or an error naming `fn`, the argument and the shape."""
+    if x.ndim == 0:
+        raise bad_argument(f"{fn}: a 0-d tensor has no axis {axis!r}; reshape it first.")
+    if not _is_int(axis) or not -x.ndim <= axis < x.ndim:
+        raise bad_argument(f"{fn}: {name} must be an int in [{-x.ndim}, {x.ndim - 1}] for a "
+                           f"tensor of shape {x.shape}, got {axis!r}.")
+    return int(axis) % x.ndim
+
+
+def diag(inp: Any, k: int = 0) -> Tensor:
+    """A 1-d `inp` (n,) placed on diagonal `k` of an (n + |k|, n + |k|) matrix of zeros, or
+    diagonal `k` of a 2-d `inp` as a 1-d tensor; k > 0 is above the main diagonal, k < 0 below.
+
+    >>> import eager as eg, eager.functional as F
+    >>> F.diag(eg.tensor([[0, 1, 2], [3, 4, 5]]), k=1).numpy().tolist()
+    [1, 5]
+    """
+    x = _t(inp)
+    if not _is_int(k):
+        raise bad_argument(f"diag: k must be an int, got {k!r}.", OpTypeError)
+    if x.ndim > 2:
+        raise bad_argument(f"diag: inp must be 1-d (to build a matrix) or 2-d (to read a "
+                           f"diagonal), got shape {x.shape}.")
+    if x.ndim == 2 and not -x.shape[0] < k < x.shape[1]:
+        raise bad_argument(f"diag: a matrix of shape {x.shape} has no diagonal k={k}; k must be "
+                           f"in [{1 - x.shape[0]}, {x.shape[1] - 1}].")
+    return apply(OPS["diag"], x, k=int(k))
+
+
+def _roll_pairs(x: Tensor, shift: Any, axis: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(shifts, axes) of a `roll`, each shift reduced modulo its axis's length (zeros dropped)."""
+    if _is_int(shift) != _is_int(axis) or not all(_is_int(v) or isinstance(v, (tuple, list))
+                                                  for v in (shift, axis)):
+        raise bad_argument(f"roll: shift {shift!r} and axis {axis!r} must both be ints or both "
+                           "tuples of ints of the same length.", OpTypeError)
+    shifts = (shift,) if _is_int(shift) else tuple(shift)
+    axes = (axis,) if _is_int(axis) else tuple(axis)
+    if len(shifts) != len(axes):
+        raise bad_argument(f"roll: shift {shift!r} and axis {axis!r} must be as long as each "
+                           "other: one shift per axis.")
+    if not all(_is_int(s) for s in shifts):
+        raise bad_argument(f"roll: the shifts must be ints, got {shift!r}.", OpTypeError)
+    pairs = []
+    for s, a in zip(shifts, axes):
+        a = _named_axis("roll", "axis", x, a)
+        if x.shape[a] and s % x.shape[a]:
+            pairs.append((int(s) % x.shape[a], a))
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+def roll(inp: Any, shift: int | Iterable[int], axis: int | Iterable[int] | None = None
+         ) -> Tensor:
+    """Roll `inp` by `shift` places along `axis`: elements pushed past the end come back at the
+    start. Tuples roll by each shift along its axis (an axis may repeat); axis None rolls the
+    flattened tensor by an int `shift` and restores the shape."""
+    x = _t(inp)
+    if axis is None:
+        if not _is_int(shift):
+            raise bad_argument(f"roll: with axis=None, shift must be an int, got {shift!r}; "
+                               "give an axis for each shift.")
+        return apply(OPS["roll"], x, shift=int(shift) % x.size if x.size else 0, axis=None)
+    shifts, axes = _roll_pairs(x, shift, axis)
+    return apply(OPS["roll"], x, shift=shifts, axis=axes)
+
+
+def swapaxes(inp: Any, axis1: int, axis2: int) -> Tensor:
+    """`inp` with axes `axis1` and `axis2` interchanged (negative axes count from the last)."""
+    x = _t(inp)
+    pattern = list(range(x.ndim))
+    a = _named_axis("swapaxes", "axis1", x, axis1)
+    b = _named_axis("swapaxes", "axis2", x, axis2)
+    pattern[a], pattern[b] = b, a
+    return apply(OPS["transpose"], x, axes=tuple(pattern))
+
+
+def meshgrid(*inputs: Any, indexing: str = "xy") -> tuple[Tensor, ...]:
+    """Coordinate grids from 1-d tensors of one dtype (a 0-d one counts as length 1): N inputs
+    of lengths n1, n2, ... give N tensors of shape (n2, n1, n3, ...) with Cartesian indexing
+    "xy", (n1, n2, n3, ...) with matrix indexing "ij" (a tuple, as MegEngine returns).
+
+    >>> import eager as eg, eager.functional as F
+    >>> [g.numpy().tolist() for g in F.meshgrid(eg.tensor([1, 2, 3]), eg.tensor([4, 5]))]
+    [[[1, 2, 3], [1, 2, 3]], [[4, 4, 4], [5, 5, 5]]]
+    """
+    if indexing not in ("xy", "ij"):
+        raise bad_argument(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}.")
+    if not inputs:
+        raise bad_argument("meshgrid: needs at least one 1-d tensor.")
+    xs = [_t(x) for x in inputs]
+    for i, x in enumerate(xs):
+        if x.ndim > 1:
+            raise bad_argument(f"meshgrid: input {i} must be 1-d, got shape {x.shape}.")
+        if x.dtype != xs[0].dtype:
+            raise bad_argument(f"meshgrid: the inputs must share one dtype, got {xs[0].dtype} "
+                               f"(input 0) and {x.dtype} (input {i}).", OpTypeError)
+    return apply(OPS["meshgrid"], *xs, indexing=indexing)
 
 
 # ----- selections with data-dependent sizes ------------------------------------------------------
@@ -325,8 +351,8 @@ def cond_take(mask: Any, x: Any) -> tuple[Tensor, Tensor]:
 
 
 __all__ = [
+    "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "arange", "linspace", "eye",
     "reshape", "flatten", "transpose", "expand_dims", "squeeze", "broadcast_to", "concat",
-    "stack", "split", "tile", "repeat", "gather", "scatter", "indexing_one_hot", "one_hot", "pad",
-    "copy",
-    "sort", "argsort", "topk", "cumsum", "cumprod", "tril", "triu", "nonzero", "cond_take",
+    "stack", "split", "tile", "repeat", "gather", "scatter", "copy", "where", "cumsum",
+    "cumprod", "tril", "triu", "diag", "roll", "swapaxes", "meshgrid", "nonzero", "cond_take",
 ]

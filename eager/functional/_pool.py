@@ -1,0 +1,116 @@
+"""Pooling of MegEngine's `F.nn` (nn.py imports it): max, average and adaptive pooling over
+NCHW, and the sliding windows (im2col and its transpose)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..op_errors import bad_argument, require
+from ..ops import OPS
+from ..ops.nn import adaptive_window
+from ..tensors import Tensor, apply
+from ._args import _ints, _pair, _t
+
+
+def max_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
+    """Max pooling over NCHW; `stride` defaults to `kernel_size`."""
+    attrs = _window(kernel_size, stride, padding)
+    require("max_pool2d", x, **attrs)  # jax takes a negative padding silently (it crops)
+    return apply(OPS["max_pool2d"], x, **attrs)
+
+
+def avg_pool2d(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,
+               mode: str = "average_count_exclude_padding") -> Tensor:
+    """Average pooling over NCHW; padded cells are not counted unless mode="average"."""
+    if mode not in ("average", "average_count_exclude_padding"):
+        raise bad_argument(f"avg_pool2d: mode must be 'average' or "
+                           f"'average_count_exclude_padding', got {mode!r}.")
+    attrs = _window(kernel_size, stride, padding)
+    require("avg_pool2d", x, **attrs)
+    return apply(OPS["avg_pool2d"], x, **attrs, count_padding=mode == "average")
+
+
+def _window(kernel_size: Any, stride: Any, padding: Any) -> dict:
+    """A pooling window's attributes; `stride` None means the kernel's size (0 is kept, for
+    the check to refuse)."""
+    k = _pair(kernel_size)
+    return {"kernel": k, "stride": k if stride is None else _pair(stride),
+            "padding": _pair(padding)}
+
+
+def adaptive_avg_pool2d(x: Any, oshp: Any) -> Tensor:
+    """Average pooling of NCHW `x` to the output size `oshp` (an int or (h, w)), in
+    MegEngine's bins: along an axis of n values, output i averages [i * s, i * s + k),
+    s = n // o and k = n - (o - 1) * s. Where o divides n they are PyTorch's bins too; `oshp`
+    may not exceed the input's size (MegEngine crashes there)."""
+    out = _pair(oshp)
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) == 4 and any(not 1 <= o <= n for o, n in zip(out, shape[2:])):
+        raise bad_argument(f"adaptive_avg_pool2d: oshp={out} must lie between (1, 1) and the "
+                           f"input's spatial size {shape[2:]} (input shape {shape}).")
+    return apply(OPS["adaptive_avg_pool2d"], x, out_shape=out)
+
+
+def adaptive_max_pool2d(x: Any, oshp: Any) -> Tensor:
+    """Max pooling of NCHW `x` to the output size `oshp` (an int or (oh, ow)).
+
+    MegEngine's bins: along an axis of n values, output i takes the maximum of
+    [i * s, i * s + k), with s = n // o and k = n - (o - 1) * s (a pooling window; bins may
+    overlap). `oshp` may not exceed the input's size.
+    """
+    x = _t(x)
+    if x.ndim != 4:
+        raise bad_argument(f"adaptive_max_pool2d: needs an NCHW (4-d) input, got shape "
+                           f"{x.shape}.")
+    out = _ints("adaptive_max_pool2d", "oshp", oshp, 2)
+    if any(o < 1 or o > n for o, n in zip(out, x.shape[2:])):
+        raise bad_argument(f"adaptive_max_pool2d: oshp={out} must lie between (1, 1) and the "
+                           f"input's spatial size {x.shape[2:]} (input shape {x.shape}).")
+    kernel, stride = adaptive_window(x.shape[2:], out)
+    return apply(OPS["max_pool2d"], x, kernel=kernel, stride=stride, padding=(0, 0))
+
+
+def _window_attrs(fn: str, kernel_size: Any, padding: Any, stride: Any,
+                  dilation: Any) -> dict[str, tuple[int, ...]]:
+    attrs = {"kernel": _ints(fn, "kernel_size", kernel_size, 2),
+             "padding": _ints(fn, "padding", padding, 2), "stride": _ints(fn, "stride", stride, 2),
+             "dilation": _ints(fn, "dilation", dilation, 2)}
+    if min(attrs["kernel"] + attrs["stride"] + attrs["dilation"]) < 1 \
+            or min(attrs["padding"]) < 0:
+        raise bad_argument(f"{fn}: kernel_size, stride and dilation must be >= 1 and padding "
+                           f">= 0, got {attrs}.")
+    return attrs
+
+
+def sliding_window(x: Any, kernel_size: Any, padding: Any = 0, stride: Any = 1,
+                   dilation: Any = 1) -> Tensor:
+    """Every `kernel_size` window of NCHW `x` (zero-padded by `padding`), as a (N, C, OH, OW,
+    kh, kw) tensor: MegEngine's `F.sliding_window` (im2col, PyTorch's `unfold`)."""
+    x = _t(x)
+    attrs = _window_attrs("sliding_window", kernel_size, padding, stride, dilation)
+    if x.ndim != 4:
+        raise bad_argument(f"sliding_window: needs an NCHW input, got shape {x.shape}.")
+    reach = [d * (k - 1) + 1 for d, k in zip(attrs["dilation"], attrs["kernel"])]
+    if any(n + 2 * p < r for n, p, r in zip(x.shape[2:], attrs["padding"], reach)):
+        raise bad_argument(f"sliding_window: the window {attrs['kernel']} (dilation "
+                           f"{attrs['dilation']}) is larger than the input's size "
+                           f"{x.shape[2:]} plus padding {attrs['padding']}.")
+    return apply(OPS["sliding_window"], x, **attrs)
+
+
+def sliding_window_transpose(x: Any, output_size: Any, kernel_size: Any, padding: Any = 0,
+                             stride: Any = 1, dilation: Any = 1) -> Tensor:
+    """The transpose of `sliding_window`: (N, C, OH, OW, kh, kw) windows summed back onto an
+    (N, C, *output_size) image (col2im, PyTorch's `fold`)."""
+    x = _t(x)
+    attrs = _window_attrs("sliding_window_transpose", kernel_size, padding, stride, dilation)
+    size = _ints("sliding_window_transpose", "output_size", output_size, 2)
+    windows = tuple(
+        (n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, d, k, s in zip(
+            size, attrs["padding"], attrs["dilation"], attrs["kernel"], attrs["stride"]))
+    want = (*x.shape[:2], *windows, *attrs["kernel"]) if x.ndim == 6 else None
+    if x.shape != want:
+        raise bad_argument(f"sliding_window_transpose: an output of size {size} has windows of "
+                           f"shape (N, C, {windows[0]}, {windows[1]}, {attrs['kernel'][0]}, "
+                           f"{attrs['kernel'][1]}), got an input of shape {x.shape}.")
+    return apply(OPS["sliding_window_transpose"], x, size=size, **attrs)
