@@ -15,36 +15,8 @@ outside one numpy's global generator, where `np.random.seed(s)` gives MegEngine'
 """
 
 from ..errors import TransformError, UnsupportedError
+from . import vision
 from .meta_transform import PseudoTransform, Transform
-from .vision import (
-    BrightnessTransform,
-    CenterCrop,
-    ColorJitter,
-    Compose,
-    ContrastTransform,
-    GaussianNoise,
-    HueTransform,
-    Lighting,
-    Normalize,
-    Pad,
-    RandomCrop,
-    RandomHorizontalFlip,
-    RandomResize,
-    RandomResizedCrop,
-    RandomVerticalFlip,
-    Resize,
-    SaturationTransform,
-    ShortestEdgeResize,
-    ToMode,
-    TorchTransformCompose,
-    VisionTransform,
-)
+from .vision import *  # noqa: F403  (MegEngine serves them from here too)
 
-__all__ = [
-    "BrightnessTransform", "CenterCrop", "ColorJitter", "Compose", "ContrastTransform",
-    "GaussianNoise", "HueTransform", "Lighting", "Normalize", "Pad", "PseudoTransform",
-    "RandomCrop", "RandomHorizontalFlip", "RandomResize", "RandomResizedCrop",
-    "RandomVerticalFlip", "Resize", "SaturationTransform", "ShortestEdgeResize",
-    "ToMode", "TorchTransformCompose", "Transform", "TransformError", "UnsupportedError",
-    "VisionTransform",
-]
+__all__ = ["PseudoTransform", "Transform", "TransformError", "UnsupportedError", *vision.__all__]
