@@ -21,6 +21,7 @@ import eager
 from xla_segments import Segment
 
 _hooks = eager.hooks
+_profiling = eager.profiling
 _zeros = jnp.zeros
 
 
@@ -69,10 +70,11 @@ class SegmentFunction:
             forward = self._forward
             if forward is None:
                 forward = self._forward = self.segment.forward().compiled
-            return [wrap(o) for o in forward(*arrays)]
+            return [wrap(o) for o in _profiling.run("compiled forward", self.name, forward,
+                                                    *arrays)]
         fwd, bwd, used, diff_outputs, reach, higher, layouts = plan
         self._last = (used, diff_outputs)
-        outs, residuals = fwd(*arrays)
+        outs, residuals = _profiling.run("compiled forward", self.name, fwd, *arrays)
         results = [wrap(o) for o in outs]
         avals = [(o.shape, o.dtype) for o in (outs[j] for j in diff_outputs)]
 
@@ -85,7 +87,7 @@ class SegmentFunction:
                             for k, c in enumerate(cotangents))
             else:
                 cts = tuple(_laid_out(c, avals[k], layouts[k]) for k, c in enumerate(cotangents))
-            grads = bwd(residuals, cts)
+            grads = _profiling.run("compiled backward", self.name, bwd, residuals, cts)
             if len(got) == len(cts):
                 return grads
             # An input that only outputs nobody used depend on gets None, as in eager.

@@ -10,7 +10,19 @@ jitted version and the backward its cached jitted vjp. `eager.hooks` is the docu
 capture (the `partial` package) uses to observe eager execution.
 """
 
-from . import amp, autodiff, config, distributed, functional, hooks, hub, module, optimizer, random
+from . import (
+    amp,
+    autodiff,
+    config,
+    distributed,
+    functional,
+    hooks,
+    hub,
+    module,
+    optimizer,
+    profiling,
+    random,
+)
 from . import tensor as _tensor_module  # noqa: F401  (`eager.tensor` the module; see its docstring)
 from .autodiff import Function, GradManager, no_grad
 from .conv_switch import conv_rewrites, set_conv_rewrites
@@ -43,6 +55,7 @@ from .errors import (
 )
 from .logger import get_logger
 from .ops import OPS, Op, defop
+from .profiling import profile
 from .ragged import ragged_buckets, set_ragged_buckets
 from .ragged_dispatch import ragged_fallbacks
 from .serialization import load, save
@@ -57,5 +70,6 @@ __all__ = [
     "autodiff", "hooks", "GradManager", "Function", "no_grad", "apply", "read", "rebind", "OPS",
     "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "OpIndexError",
     "AllocationError", "AttachError", "BackwardError", "CheckpointError", "DeviceError",
-    "DistributedError", "WorkerError", "config", "is_cuda_available", "get_logger",
+    "DistributedError", "WorkerError", "config", "is_cuda_available", "get_logger", "profile",
+    "profiling",
 ]

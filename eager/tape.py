@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from . import device as _device
+from . import profiling as _profiling
 from .errors import BackwardError
 
 # Per thread: (how many GradManagers record now, no_grad / Function-forward depth). A
@@ -182,7 +183,8 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any],
         for node in order:
             cts, node.cts = node.cts, None
             if cts is not None:
-                for parent, g in zip(node.parents, _pull(node, cts, senders, manager, free)):
+                pull = _pull if not _profiling.ON else _profiled_pull
+                for parent, g in zip(node.parents, pull(node, cts, senders, manager, free)):
                     if g is not None:
                         send(parent, g)
     finally:
@@ -196,6 +198,15 @@ def _done(order: Sequence[Node], free: bool) -> None:
         node.cts = None
         if free:
             node.freed, node.vjp, node.parents, node.op = True, None, (), None
+
+
+def _profiled_pull(node: Node, cts: list, senders: dict | None, manager: Any,
+                   free: bool) -> Sequence[Any]:
+    """`_pull` inside `eager.profile()`: timed as eager backward, by the node's op name."""
+    with _profiling.timed("eager backward", node.name) as outs:
+        grads = _pull(node, cts, senders, manager, free)
+        outs.extend(g for g in grads if isinstance(g, jax.Array))
+    return grads
 
 
 def _pull(node: Node, cts: list, senders: dict | None, manager: Any,

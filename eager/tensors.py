@@ -18,6 +18,7 @@ import numpy as np
 
 from . import amp_policy as _amp
 from . import device as _device
+from . import profiling as _profiling
 from . import ragged_dispatch as _ragged
 from . import tape
 from .context import current as _current
@@ -68,7 +69,12 @@ class Tensor(TensorMethods):
     __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
 
     def __init__(self, data: Any, dtype: DTypeLike | None = None, device: DeviceLike = None):
-        self._data = to_array(data, dtype, device)
+        if _profiling.ON and not isinstance(data, (jax.Array, Tensor)) and _current() is None:
+            with _profiling.timed("transfer", "to device") as outs:
+                self._data = to_array(data, dtype, device)
+                outs.append(self._data)
+        else:
+            self._data = to_array(data, dtype, device)
         self._node = None
         self._out_idx = 0
         self._tracked = 0
@@ -134,7 +140,11 @@ class Tensor(TensorMethods):
     def _host(self, what: str) -> np.ndarray:
         if (h := _current()) is not None:
             h.value_read(self, what)
-        a = np.asarray(self._data)
+        if _profiling.ON:
+            with _profiling.timed("host sync", what):
+                a = np.asarray(self._data)
+        else:
+            a = np.asarray(self._data)
         return a if self._len is None else a[:_ragged.host_length(self)]  # logical rows
 
     def numpy(self) -> np.ndarray:
@@ -435,6 +445,23 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     if (low := _amp.state.get()) is not None:  # inside amp.autocast: cast per amp_policy
         inputs = _amp.cast_inputs(op.name, inputs, low, Tensor)
     key = tuple(attrs.items()) if attrs else ()
+    if _profiling.ON and _current() is None:
+        return _profiled(op, key, inputs)
+    return _dispatch(op, key, inputs)
+
+
+def _profiled(op: Op, key: tuple, inputs: Sequence) -> Any:
+    """`apply` inside `eager.profile()`: the op timed as eager forward, its results waited for
+    (with the profile's `sync`)."""
+    with _profiling.timed("eager forward", op.name) as outs:
+        out = _dispatch(op, key, inputs)
+        outs.extend(t._data for t in (out if isinstance(out, tuple) else (out,))
+                    if isinstance(t, Tensor))
+    return out
+
+
+def _dispatch(op: Op, key: tuple, inputs: Sequence) -> Any:
+    """`apply` after amp's casts: a ragged or a plain dispatch, jax's errors translated."""
     try:  # free unless something raises: then jax's error becomes one that names the user's line
         for x in inputs:
             if isinstance(x, Tensor) and x._len is not None:  # a ragged axis 0

@@ -215,7 +215,9 @@ class Entry:
                     outs = self.function(arrays, tensors)
                 else:  # the bridge's inference path, without its checks
                     forward = self.forward or self._forward()
-                    outs = [_wrap(o) for o in forward(*arrays)]
+                    got = eg.profiling.run("compiled forward", self.function.name, forward,
+                                           *arrays)
+                    outs = [_wrap(o) for o in got]
             except (TypeError, ValueError):
                 if self._inputs_moved(arrays):  # a lifted tensor changed: capture anew
                     return MISS
