@@ -445,9 +445,15 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     if (low := _amp.state.get()) is not None:  # inside amp.autocast: cast per amp_policy
         inputs = _amp.cast_inputs(op.name, inputs, low, Tensor)
     key = tuple(attrs.items()) if attrs else ()
-    if _profiling.ON and _current() is None:
-        return _profiled(op, key, inputs)
-    return _dispatch(op, key, inputs)
+    try:  # free unless something raises: then jax's error becomes one that names the user's line
+        if _profiling.ON and _current() is None:
+            return _profiled(op, key, inputs)
+        return _dispatch(op, key, inputs)
+    except (TypeError, ValueError) as e:
+        err = _translate(op, inputs, key, e)
+        if err is e:
+            raise
+        raise err from err.__cause__  # jax's own error is not chained: its reason is quoted
 
 
 def _profiled(op: Op, key: tuple, inputs: Sequence) -> Any:
@@ -461,17 +467,11 @@ def _profiled(op: Op, key: tuple, inputs: Sequence) -> Any:
 
 
 def _dispatch(op: Op, key: tuple, inputs: Sequence) -> Any:
-    """`apply` after amp's casts: a ragged or a plain dispatch, jax's errors translated."""
-    try:  # free unless something raises: then jax's error becomes one that names the user's line
-        for x in inputs:
-            if isinstance(x, Tensor) and x._len is not None:  # a ragged axis 0
-                return _ragged.dispatch(op, key, inputs)
-        return run_op(op, key, inputs)
-    except (TypeError, ValueError) as e:
-        err = _translate(op, inputs, key, e)
-        if err is e:
-            raise
-        raise err from err.__cause__  # jax's own error is not chained: its reason is quoted
+    """`apply` after amp's casts: the ragged or the plain dispatch."""
+    for x in inputs:
+        if isinstance(x, Tensor) and x._len is not None:  # a ragged axis 0
+            return _ragged.dispatch(op, key, inputs)
+    return run_op(op, key, inputs)
 
 
 def run_op(op: Op, key: tuple, inputs: Sequence) -> Any:
