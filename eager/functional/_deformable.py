@@ -16,6 +16,7 @@ from ..op_errors import bad_argument, number
 from ..ops import OPS
 from ..tensors import Tensor, apply
 from ._args import _float_input, _ints, _t
+from ._conv import grouped_weight
 from ._detection import _real, _rois
 
 _COMPUTE_MODES = ("default", "float32")
@@ -63,8 +64,7 @@ def deformable_conv2d(inp: Any, weight: Any, offset: Any, mask: Any, bias: Any =
                            f"got {compute_mode!r:.60}.")
     x, weight, offset, mask = _t(inp), _t(weight), _t(offset), _t(mask)
     groups = _ints("deformable_conv2d", "groups", groups, 1)[0]
-    if weight.ndim == 5:
-        weight = _ungrouped(weight, groups)
+    weight = grouped_weight("deformable_conv2d", weight, groups, 2)
     attrs = {"stride": _ints("deformable_conv2d", "stride", stride, 2),
              "padding": _ints("deformable_conv2d", "padding", padding, 2),
              "dilation": _ints("deformable_conv2d", "dilation", dilation, 2), "groups": groups}
@@ -76,16 +76,6 @@ def deformable_conv2d(inp: Any, weight: Any, offset: Any, mask: Any, bias: Any =
         bias = _f32(bias)
     return apply(OPS["deformable_conv2d"], _f32(x), _f32(weight), _f32(offset), _f32(mask),
                  bias, **attrs)
-
-
-def _ungrouped(weight: Tensor, groups: int) -> Tensor:
-    """MegEngine's 5-d grouped weight as (O, C / groups, kh, kw) (a reshape: gradients reach
-    the 5-d one)."""
-    if weight.shape[0] != groups:
-        raise bad_argument(f"deformable_conv2d: a 5-d weight of shape {weight.shape} holds "
-                           f"{weight.shape[0]} groups, but groups={groups}; pass "
-                           f"groups={weight.shape[0]}.")
-    return weight.reshape(weight.shape[0] * weight.shape[1], *weight.shape[2:])
 
 
 def _check_conv(x: Tensor, weight: Tensor, attrs: dict) -> None:
