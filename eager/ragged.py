@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .context import bump_epoch
-from .ops.ragged_rules import LOSS, MASKED, ROWS, SOURCE
+from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, ROWS, SOURCE
 from .ops.registry import Op
 
 _ENV = "EAGER_RAGGED_BUCKETS"
@@ -161,7 +161,8 @@ def variant(op: Op, kind: str) -> Op:
     """The op that runs `op` on ragged storage: its first input is the length."""
     cached = op.ragged_ops.get(kind)
     if cached is None:
-        fwd = {ROWS: _rows, SOURCE: _rows, MASKED: _masked, LOSS: _loss}[kind](op)
+        fwd = {ROWS: _rows, SOURCE: _rows, HEAVY_ROWS: _rows_upto, MASKED: _masked,
+               LOSS: _loss}[kind](op)
         cached = op.ragged_ops[kind] = Op(
             f"{op.name}[{kind}]", fwd, differentiable=op.differentiable,
             nondiff_outputs=op.nondiff_outputs, multi_output=op.multi_output,
@@ -175,6 +176,28 @@ def _rows(op: Op) -> Callable:
         out = op._impl(*arrays, **attrs)
         return tuple(edge(o, n) for o in out) if op.multi_output else edge(out, n)
     return fwd
+
+
+def _rows_upto(op: Op) -> Callable:
+    """`_rows`, run only on the first `cap` rows of the ragged inputs at `positions` when the
+    static attribute `upto=(cap, positions)` is given; the output's rows past `cap` are
+    padding (copies of row 0 under `stop_gradient`), so XLA computes `cap` rows, not all."""
+    rows = _rows(op)
+
+    def fwd(n: Any, *arrays: Any, upto: tuple | None = None, **attrs: Any) -> Any:
+        if upto is None:
+            return rows(n, *arrays, **attrs)
+        cap, positions = upto
+        full = arrays[positions[0]].shape[0]
+        out = rows(n, *(a[:cap] if i in positions else a for i, a in enumerate(arrays)), **attrs)
+        return tuple(_grow(o, full) for o in out) if op.multi_output else _grow(out, full)
+    return fwd
+
+
+def _grow(a: Any, rows: int) -> Any:
+    """`a` with copies of its row 0 (under `stop_gradient`) appended up to `rows` rows."""
+    pad = jnp.broadcast_to(lax.stop_gradient(a[:1]), (rows - a.shape[0], *a.shape[1:]))
+    return jnp.concatenate([a, pad])
 
 
 def _masked(op: Op) -> Callable:

@@ -29,7 +29,7 @@ from . import tensors as _t  # circular: tensors imports this module; used at ca
 from .context import current
 from .device import default as default_device
 from .ops import OPS
-from .ops.ragged_rules import LOSS, MASKED, NONEMPTY, ROWS, SOURCE
+from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, NONEMPTY, ROWS, SOURCE
 
 log = logging.getLogger("eager.ragged")
 FALLBACKS: Counter = Counter()  # op name -> calls that ran on exact arrays
@@ -122,11 +122,26 @@ def dispatch(op: Any, key: tuple, inputs: Sequence) -> Any:
     if n is None:
         return _on_exact(op, key, inputs, "its ragged inputs differ in length")
     kind = ROWS if kind == SOURCE else kind
+    if kind == HEAVY_ROWS:
+        key = key + _upto(inputs, follows)
     out = _t.run_op(_r.variant(op, kind), key, (n, *inputs))
-    if kind == ROWS:
+    if kind in (ROWS, HEAVY_ROWS):
         for o in out if op.multi_output else (out,):
             o._len = n
     return out
+
+
+def _upto(inputs: Sequence, follows: tuple) -> tuple:
+    """The `upto` attribute of a HEAVY_ROWS op: the capacity rung of the length, when it is
+    below the storage's size and eager code can read the length (inside a region it is traced
+    and the op runs on the whole storage). One host read, worth it for an op whose rows cost
+    far more than the read: RoI align on 1028 padded RoIs of which 200 are real."""
+    first = inputs[follows[0]]
+    if isinstance(first._len, jax.core.Tracer) or not isinstance(first._len, (int, jax.Array)):
+        return ()
+    full = first._data.shape[0]
+    cap = max(_r.capacity(host_length(first), full), 1)
+    return (("upto", (cap, follows)),) if cap < full else ()
 
 
 def _reshape_rows(t: Any, shape: tuple, key: tuple) -> tuple[tuple, str | None]:

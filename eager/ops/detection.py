@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .ragged_rules import ROWS
+from .ragged_rules import HEAVY_ROWS
 from .registry import defop
 
 _F32 = np.float32
@@ -63,7 +63,7 @@ def _bilinear(xt, batch, ys, xs):
     return top + (bottom - top) * fy
 
 
-@defop("roi_align", ragged=ROWS)  # RoI k gives output row k
+@defop("roi_align", ragged=HEAVY_ROWS)  # RoI k gives output row k
 def roi_align(x, rois, *, output_shape, mode, spatial_scale, offset, sample_points):
     """(K, C, ph, pw): each RoI of `rois` (K, 5) over NCHW `x`, cut into ph x pw bins, each
     bin the average (mode "average") or maximum ("max") of its sh x sw bilinear samples.
@@ -199,7 +199,7 @@ def _bin_means(x, batch, rows, cols, count):
     return jnp.where(count > 0, mean, 0)
 
 
-@defop("roi_pooling", ragged=ROWS)
+@defop("roi_pooling", ragged=HEAVY_ROWS)
 def roi_pooling(x, rois, *, output_shape, mode, scale):
     """(K, C, ph, pw): the maximum ("max") or average ("average") of each of ph x pw bins of
     every RoI of `rois` (K, 5) over NCHW `x`; an empty bin (outside the image) is 0.

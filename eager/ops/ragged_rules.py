@@ -5,6 +5,8 @@ from collections.abc import Callable
 from typing import Any
 
 ROWS = "rows"  # row-independent along axis 0: runs on the padded storage, its output ragged
+HEAVY_ROWS = "heavy rows"  # ROWS, each row costly: eager code runs it only up to the length's
+# capacity rung (a host read of the length), not on the whole padded storage
 MASKED = "masked"  # a reduction over axis 0 whose second input is a validity mask
 LOSS = "loss"  # a loss: its reduction="none" form is ROWS, then a masked mean / sum
 SOURCE = "source"  # ROWS for indexing ops, whose first input may also be read at given rows

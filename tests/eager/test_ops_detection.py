@@ -223,6 +223,37 @@ def test_rois_picked_by_a_mask_run_on_the_padded_storage(rng):
     assert eg.ragged_fallbacks() == before
 
 
+def test_few_rois_of_many_run_on_their_capacity_rung_only(rng):
+    """20 RoIs picked of 300 (the selection's storage holds 300 rows): eagerly, RoI align and
+    RoI pooling compute the 32 rows of the length's capacity rung, not 300 (their rows are
+    costly), with the values and gradients of the exact selection; inside a region, where the
+    length is traced, they run on the whole storage and agree too."""
+    x0, rois = normal(rng, 2, 3, 8, 9), random_rois(rng, 300, 2, 8)
+    keep = np.zeros(300, bool)
+    keep[rng.choice(300, 20, replace=False)] = True
+
+    def body(x, picked):
+        y = F.roi_align(x, picked, 2, mode="average"), F.roi_pooling(x, picked, (2, 3))
+        return y[0].sum() * 3 + (y[1] * 2).sum() + (y[0] ** 2).sum()
+
+    runs = []
+    for fn, picked in ((body, lambda: eg.tensor(rois)[eg.tensor(keep)]),
+                       (body, lambda: eg.tensor(rois[keep])),
+                       (partial_trace(lambda x, m: body(x, eg.tensor(rois)[m])), None)):
+        x = eg.Parameter(x0)
+        gm = GradManager().attach([x])
+        with gm:
+            loss = fn(x, picked()) if picked else fn(x, eg.tensor(keep))
+            gm.backward(loss)
+        runs.append([loss.numpy(), x.grad.numpy()])
+    for run in (runs[0], runs[2]):
+        for got, want in zip(run, runs[1]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    heavy = eg.OPS["roi_align"].ragged_ops["heavy rows"]
+    keys = [*heavy._fwd, *(key for key, _ in heavy._bwd)]
+    assert any(dict(key).get("upto") == (32, (1,)) for key in keys)
+
+
 # ----- roi_pooling --------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["max", "average"])
 def test_roi_pooling(rng, mode):
