@@ -63,6 +63,13 @@ def _bilinear(xt, batch, ys, xs):
     return top + (bottom - top) * fy
 
 
+# RoIs per block of `roi_align`: its samples are gathered as (RoIs, ph * sh, pw * sw, C), 0.8 GB
+# for 1028 RoIs of 7x7 bins of 2x2 samples over 256 channels, which Faster R-CNN pools on each
+# FPN level. In blocks of 64 (`lax.map`) that is 50 MB; measured on 2 cores for those 1028 RoIs
+# over a (2, 256, 64, 64) map: forward 30% faster, backward the same, peak memory 0.55 GB lower.
+_ROI_BLOCK = 64
+
+
 @defop("roi_align", ragged=HEAVY_ROWS)  # RoI k gives output row k
 def roi_align(x, rois, *, output_shape, mode, spatial_scale, offset, sample_points):
     """(K, C, ph, pw): each RoI of `rois` (K, 5) over NCHW `x`, cut into ph x pw bins, each
@@ -71,6 +78,20 @@ def roi_align(x, rois, *, output_shape, mode, spatial_scale, offset, sample_poin
     A RoI's corners are scaled by `spatial_scale` and shifted by -`offset`. The maximum's
     gradient goes to its first sample (row-major), as MegEngine's argmax does.
     """
+    attrs = dict(output_shape=output_shape, mode=mode, spatial_scale=spatial_scale,
+                 offset=offset, sample_points=sample_points)
+    k = rois.shape[0]
+    if k <= _ROI_BLOCK:
+        return _roi_align_block(x, rois, **attrs)
+    pad = -k % _ROI_BLOCK  # padding RoIs repeat RoI 0; their rows are cut off below
+    blocks = jnp.concatenate([rois, jnp.broadcast_to(rois[:1], (pad, rois.shape[1]))])
+    out = lax.map(lambda block: _roi_align_block(x, block, **attrs),
+                  blocks.reshape(-1, _ROI_BLOCK, rois.shape[1]))
+    return out.reshape(-1, *out.shape[2:])[:k]
+
+
+def _roi_align_block(x, rois, *, output_shape, mode, spatial_scale, offset, sample_points):
+    """`roi_align` of one block of RoIs."""
     (ph, pw), (sh, sw) = output_shape, sample_points
     batch, x0, y0, x1, y1 = _roi_rows(rois)
     ys = _axis_samples(y0 * _F32(spatial_scale) - _F32(offset),
