@@ -137,10 +137,13 @@ def _upto(inputs: Sequence, follows: tuple) -> tuple:
     and the op runs on the whole storage). One host read, worth it for an op whose rows cost
     far more than the read: RoI align on 1028 padded RoIs of which 200 are real."""
     first = inputs[follows[0]]
-    if isinstance(first._len, jax.core.Tracer) or not isinstance(first._len, (int, jax.Array)):
+    concrete = isinstance(first._len, (int, jax.Array)) \
+        and not isinstance(first._len, jax.core.Tracer)
+    n = host_length(first) if concrete else None
+    if n is None:
         return ()
     full = first._data.shape[0]
-    cap = max(_r.capacity(host_length(first), full), 1)
+    cap = max(_r.capacity(n, full), 1)
     return (("upto", (cap, follows)),) if cap < full else ()
 
 
