@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-DETECTORS = ("retinanet", "fcos", "atss", "freeanchor", "faster_rcnn")
 MODELS = ("retinanet", "fcos", "faster_rcnn", "resnet18")
 SIZE, BATCH, CLASSES = 256, 2, 80
 LR, MOMENTUM, WEIGHT_DECAY = 0.01 / 16 * BATCH, 0.9, 1e-4
