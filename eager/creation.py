@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import ragged_forms
 from .errors import OpTypeError
 from .op_errors import bad_argument, check_range, checked_shape
 from .tensors import Tensor, constant, to_array
@@ -40,18 +41,27 @@ def full(shape: Shape, value: Any, dtype: DTypeLike | None = None, device: Devic
     if dtype is None:
         dtype = np.asarray(value).dtype if isinstance(value, (np.ndarray, np.generic)) else (
             "bool" if isinstance(value, bool) else "int32" if isinstance(value, int) else "float32")
-    shape = checked_shape(shape, dtype)
-    return Tensor(constant(lambda: jnp.full(_shape(shape), value, np.dtype(dtype))), device=device)
+    return _filled(shape, value, dtype, device)
 
 
 def zeros(shape: Shape, dtype: DTypeLike = "float32", device: DeviceLike = None) -> Tensor:
-    shape = checked_shape(shape, dtype)
-    return Tensor(constant(lambda: jnp.zeros(_shape(shape), np.dtype(dtype))), device=device)
+    return _filled(shape, 0, dtype, device)
 
 
 def ones(shape: Shape, dtype: DTypeLike = "float32", device: DeviceLike = None) -> Tensor:
-    shape = checked_shape(shape, dtype)
-    return Tensor(constant(lambda: jnp.ones(_shape(shape), np.dtype(dtype))), device=device)
+    return _filled(shape, 1, dtype, device)
+
+
+def _filled(shape: Any, value: Any, dtype: DTypeLike, device: DeviceLike) -> Tensor:
+    """A tensor of `shape` filled with `value`; ragged when its first size is a ragged
+    tensor's length (`F.zeros_like(selected)`, `F.full((len(rois), 1), i)`)."""
+    checked = checked_shape(shape, dtype)
+
+    def make(storage: tuple) -> Tensor:
+        return Tensor(constant(lambda: jnp.full(storage, value, np.dtype(dtype))), device=device)
+
+    out = ragged_forms.made(shape, lambda storage: make(checked_shape(storage, dtype)))
+    return make(checked) if out is None else out
 
 
 def _placement(t: Tensor) -> Any:

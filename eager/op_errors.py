@@ -240,7 +240,9 @@ def checked_shape(shape: Any, dtype: Any = np.float32) -> tuple[int, ...]:
     (2, 3)
     """
     try:
-        one = isinstance(shape, (int, np.integer)) or getattr(shape, "ndim", None) == 0
+        # a size in a region (`TracedDim`) converts as one int: a value read, named as such
+        one = isinstance(shape, (int, np.integer)) or getattr(shape, "ndim", None) == 0 \
+            or (hasattr(shape, "__index__") and not hasattr(shape, "__iter__"))
         out = (int(shape),) if one else tuple(int(s) for s in shape)
     except (TypeError, ValueError) as e:
         raise _creation_error(OpTypeError, f"the shape {shape!r} must be an int or a sequence "

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .context import bump_epoch
+from .ops.ragged_ops import edge, valid_rows
 from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, ROWS, SOURCE
 from .ops.registry import Op
 
@@ -42,6 +43,36 @@ _SMALL_ENV = "EAGER_RAGGED_SMALL_SOURCE"
 # cores; at 16384 rows 2.5-4x that), so selecting at the full size wastes nothing that counts
 # and saves the host read of the count and the programs of the other capacities.
 _SMALL_DEFAULT = 4096
+
+
+# ----- lengths read in eager code ----------------------------------------------------------
+class RowCount(int):
+    """The length of a ragged axis read in eager code (`x.shape[0]`): an int, which also holds
+    the storage's capacity and the length itself, so that a tensor made with it as its first
+    size (`F.zeros(x.shape)`, `F.full((len(x), 1), v)`) is ragged like `x`, with the same
+    length, instead of an exact array that compiles its users once per count. Arithmetic on
+    it gives plain ints."""
+
+    capacity: int
+    length: Any
+
+    def __new__(cls, n: int, capacity: int, length: Any) -> RowCount:
+        out = super().__new__(cls, n)
+        out.capacity, out.length = capacity, length
+        return out
+
+    def __reduce__(self) -> Any:  # pickles, copies and deep copies as the plain int
+        return int, (int(self),)
+
+
+def rows_of(shape: Any) -> tuple[tuple, Any] | None:
+    """(storage shape, length) when the first size of `shape` is a `RowCount` (a tensor made
+    with it is ragged); None otherwise."""
+    first = shape[0] if isinstance(shape, (tuple, list)) and shape else shape
+    if not isinstance(first, RowCount) or not enabled() or first.capacity <= 0:
+        return None
+    rest = tuple(shape[1:]) if isinstance(shape, (tuple, list)) else ()
+    return (first.capacity, *(int(s) for s in rest)), first.length
 
 
 # ----- the capacity ladder --------------------------------------------------------------------
@@ -134,20 +165,6 @@ def capacity(n: int, limit: int) -> int:
     while rung < n:
         rung = max(rung + 1, math.ceil(rung * growth))
     return min(rung, limit)
-
-
-# ----- masks -------------------------------------------------------------------------------
-def valid_rows(n: Any, cap: int, ndim: int) -> Any:
-    """A bool array of shape (cap, 1, ..., 1): True on the first `n` rows."""
-    return lax.broadcasted_iota(jnp.int32, (cap,) + (1,) * (ndim - 1), 0) < n
-
-
-def edge(a: Any, n: Any) -> Any:
-    """`a` with rows at and past `n` replaced by a copy of row 0, under `stop_gradient`: the
-    padding invariant, and a zero cotangent for every padding row."""
-    if a.ndim == 0:
-        return a
-    return jnp.where(valid_rows(n, a.shape[0], a.ndim), a, lax.stop_gradient(a[:1]))
 
 
 def kind_of(op: Op, attrs: dict, ndim: int) -> str | None:

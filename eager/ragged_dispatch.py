@@ -80,9 +80,9 @@ def value_read(t: Any, what: str) -> None:
 
 
 def length_dim(t: Any) -> Any:
-    """The logical length of ragged `t`: an int, or a `TracedDim` inside a region."""
+    """The logical length of ragged `t`: a `RowCount`, or a `TracedDim` inside a region."""
     n = host_length(t)
-    return TracedDim(t._len, t) if n is None else n
+    return TracedDim(t._len, t) if n is None else _r.RowCount(n, t._data.shape[0], t._len)
 
 
 def host_length(t: Any) -> int | None:
@@ -99,8 +99,14 @@ def is_ragged(x: Any) -> bool:
 
 
 # ----- running an op ------------------------------------------------------------------------
+FORMS: dict[str, Any] = {}  # op name -> its own ragged dispatch (`ragged_forms.py`)
+
+
 def dispatch(op: Any, key: tuple, inputs: Sequence) -> Any:
     """Run `op` (static attributes `key`) on `inputs`, some of them ragged."""
+    form = FORMS.get(op.name)
+    if form is not None and (out := form(op, key, inputs)) is not None:
+        return out
     first = next(x for x in inputs if is_ragged(x))
     attrs = dict(key)
     kind = _r.kind_of(op, attrs, first._data.ndim)
@@ -113,7 +119,7 @@ def dispatch(op: Any, key: tuple, inputs: Sequence) -> Any:
         if host_length(first) == 0:  # raises what the op raises on an empty array
             return _t.run_op(op, key, [materialize(x, op.name) if is_ragged(x) else x
                                        for x in inputs])
-    follows = _plan(op, key, kind, inputs)
+    inputs, follows = _lined_up(op, key, kind, inputs)
     if follows is None:
         return _on_exact(op, key, inputs, "its inputs do not line up along the ragged axis")
     if not follows:  # ragged sources read at given (checked) rows: the output is dense
@@ -128,6 +134,49 @@ def dispatch(op: Any, key: tuple, inputs: Sequence) -> Any:
     if kind in (ROWS, HEAVY_ROWS):
         for o in out if op.multi_output else (out,):
             o._len = n
+    return out
+
+
+def _lined_up(op: Any, key: tuple, kind: str, inputs: Sequence) -> tuple[Sequence, Any]:
+    """(inputs, the positions the output follows: `_plan`) after moving storages so that the
+    op can run on them where that is possible (`_aligned`)."""
+    skip = 1 if kind == SOURCE else 0
+    inputs = _aligned(inputs, skip, False)
+    follows = _plan(op, key, kind, inputs)
+    if follows is None and (wider := _aligned(inputs, skip, True)) is not inputs:
+        inputs, follows = wider, _plan(op, key, kind, wider)
+    return inputs, follows
+
+
+def _aligned(inputs: Sequence, skip: int, dense: bool) -> Sequence:
+    """`inputs` with those from position `skip` on moved to one storage size where that lets
+    the op run on the storage: ragged tensors whose storages differ but whose lengths agree
+    (`labels` from one selection, `logits` from a concatenation), and with `dense` (tried when
+    the op cannot run otherwise: it may read a length on the host) dense tensors of the same
+    rank whose axis 0 is that length (a draw of `len(x)` rows)."""
+    ragged = [x for x in inputs[skip:] if is_ragged(x)]
+    if not ragged:
+        return inputs
+    ndim, top = ragged[0]._data.ndim, max(x._data.shape[0] for x in ragged)
+    widen = [i for i in range(skip, len(inputs)) if dense and isinstance(inputs[i], _t.Tensor)
+             and not is_ragged(inputs[i]) and inputs[i]._data.ndim == ndim
+             and inputs[i]._data.shape[0] > 1]
+    if all(x._data.shape[0] == top for x in ragged) and not widen:
+        return inputs
+    n = _common_length(ragged)
+    if n is None:
+        return inputs
+    if widen:
+        length = host_length(ragged[0]) if current() is None else None
+        widen = [i for i in widen if inputs[i]._data.shape[0] == length]
+        if not widen:
+            return inputs
+    out = list(inputs)
+    for i in range(skip, len(out)):
+        x = out[i]
+        if (is_ragged(x) and x._data.shape[0] != top) or i in widen:
+            out[i] = _t.run_op(OPS["ragged_fit"], (("rows", top),), (x,))
+            out[i]._len = n
     return out
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .. import ragged as _ragged
+from .. import ragged_forms
 from ..errors import OpTypeError
 from ..indexing import mask_indices
 from ..op_errors import bad_argument, number
@@ -154,7 +155,7 @@ def nms(boxes: Any, scores: Any, iou_thresh: float, max_output: int | None = Non
                            f"shape {scores.shape} for boxes of shape {boxes.shape}.")
     _real("nms", boxes, "boxes")
     _real("nms", scores, "scores")
-    n = boxes.shape[0]
+    n = ragged_forms.storage_rows(boxes)  # ragged boxes: their capacity, whatever the count
     limit = n
     if max_output is not None:
         limit = _ints("nms", "max_output", max_output, 1)[0]

@@ -19,6 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from .. import ragged_forms
 from ..errors import OpTypeError
 from ..indexing import _axis_arg
 from ..op_errors import bad_argument, number
@@ -116,6 +117,8 @@ def sort(x: Any, descending: bool = False) -> tuple[Tensor, Tensor]:
     """
     x = _t(x)
     _last_axis("sort", x)
+    if ragged_forms.ragged_rows(x):
+        return ragged_forms.order(x, descending)
     return apply(OPS["sort"], x, descending=bool(descending))
 
 
@@ -123,6 +126,8 @@ def argsort(x: Any, descending: bool = False) -> Tensor:
     """The int32 indices that sort `x` along the last axis (stable)."""
     x = _t(x)
     _last_axis("argsort", x)
+    if ragged_forms.ragged_rows(x):
+        return ragged_forms.order(x, descending)[1]
     return apply(OPS["argsort"], x, descending=bool(descending))
 
 
@@ -145,6 +150,7 @@ def topk(x: Any, k: Any, descending: bool = True, kth_only: bool = False,
     """
     x = _t(x)
     n = _last_axis("topk", x)
+    counted = ragged_forms.counted(k)
     if isinstance(k, Tensor) and k.size == 1 and np.dtype(k.dtype).kind in "iu":
         k = k.item()
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k == 0:
@@ -152,6 +158,9 @@ def topk(x: Any, k: Any, descending: bool = True, kth_only: bool = False,
                            f"got {k!r}, for the last axis of shape {x.shape}.")
     if k < 0:
         k, descending = -k, not descending
+    if not kth_only and x.ndim == 1 and (counted or ragged_forms.ragged_rows(x)):
+        # a count-sized result: ragged, so that what follows compiles once per capacity
+        return ragged_forms.topk(x, int(k), descending, counted)
     return apply(OPS["topk"], x, k=builtins.min(int(k), n), descending=bool(descending),
                  kth_only=bool(kth_only))
 

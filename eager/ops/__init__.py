@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (they register the ops)
     linalg,
     losses,
     nn,
+    ragged_ops,
     random,
     reduction,
     shape,

@@ -258,18 +258,23 @@ def _overlaps(box, boxes, iou_thresh):
 
 
 @defop("nms_keep", differentiable=False, multi_output=True)
-def nms_keep(boxes, scores, *, iou_thresh, max_output):
+def nms_keep(boxes, scores, length=None, *, iou_thresh, max_output):
     """(order, keep): the boxes' positions by descending score, int32 (N,), and whether the box
     at each place of that order survives greedy suppression, bool (N,).
 
     Equal scores keep the later box first (MegEngine's descending argsort: a stable ascending
     sort, reversed). Going down the order, a box is kept unless it overlaps a kept box by an
-    IoU above `iou_thresh`; the search stops once `max_output` boxes are kept.
+    IoU above `iou_thresh`; the search stops once `max_output` boxes are kept. With `length`
+    (ragged boxes, `eager/ragged.py`) only the first `length` boxes take part: the others are
+    ordered last and never kept.
     """
     n = scores.shape[0]
     order = jnp.argsort(scores, stable=True)[::-1].astype(jnp.int32)
+    if length is not None:  # a stable partition keeps the valid boxes' own order
+        order = order[jnp.argsort(order >= length, stable=True)]
+        n = length
     ranked = boxes.astype(jnp.float32)[order]
-    if n == 0:
+    if scores.shape[0] == 0:
         return order, jnp.zeros(0, jnp.bool_)
 
     def more(state):
@@ -281,5 +286,5 @@ def nms_keep(boxes, scores, *, iou_thresh, max_output):
         alive = ~jnp.any(keep & _overlaps(ranked[i], ranked, iou_thresh))
         return i + 1, kept + alive.astype(jnp.int32), keep.at[i].set(alive)
 
-    _, _, keep = lax.while_loop(more, visit, (0, 0, jnp.zeros(n, jnp.bool_)))
+    _, _, keep = lax.while_loop(more, visit, (0, 0, jnp.zeros(scores.shape[0], jnp.bool_)))
     return order, keep

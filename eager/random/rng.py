@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
+from .. import ragged_forms
 from ..errors import OpTypeError
 from ..op_errors import bad_argument, checked_shape
 from ..ops import OPS
@@ -77,15 +78,28 @@ def _shape(size: Any, dtype: Any = "float32") -> tuple[int, ...]:
 def normal(mean: float = 0.0, std: float = 1.0, size: Size = None,
            dtype: DTypeLike = "float32") -> Tensor:
     """Samples from N(mean, std^2) of shape `size`."""
-    shape = _shape(size, dtype)
-    return apply(OPS["random_normal"], next_key(), mean, std, shape=shape, dtype=np.dtype(dtype))
+    return _draw("random_normal", mean, std, size, dtype)
 
 
 def uniform(low: float = 0.0, high: float = 1.0, size: Size = None,
             dtype: DTypeLike = "float32") -> Tensor:
     """Samples from U[low, high) of shape `size`."""
+    return _draw("random_uniform", low, high, size, dtype)
+
+
+def _draw(name: str, a: Any, b: Any, size: Any, dtype: DTypeLike) -> Tensor:
+    """A draw of shape `size`. A size read from the data (a count tensor, a ragged tensor's
+    length) gives a ragged draw at the count's capacity: its first `n` rows are the values a
+    draw of exactly `n` rows gives (jax's draws are prefix-stable), and it compiles once per
+    capacity, not once per count."""
+    size = ragged_forms.count_of(size)
     shape = _shape(size, dtype)
-    return apply(OPS["random_uniform"], next_key(), low, high, shape=shape, dtype=np.dtype(dtype))
+
+    def make(storage: tuple) -> Tensor:
+        return apply(OPS[name], next_key(), a, b, shape=storage, dtype=np.dtype(dtype))
+
+    out = ragged_forms.made(size, lambda storage: make(_shape(storage, dtype)))
+    return make(shape) if out is None else out
 
 
 def permutation(n: int | Tensor, dtype: DTypeLike = "int32") -> Tensor:

@@ -77,9 +77,65 @@ PROGRAMS = {
         F.concat([_sel(x, m), _sel(x, m) * 2]).mean(axis=1).sum() + 1,
         F.sort(_sel(x, m)[:, 0])[0], F.cumsum(_sel(x, m), axis=0)),
     "numpy": lambda x, w, m, lab: (_sel(x, m).sum(), eg.tensor(_sel(x, m).numpy() + 1)),
+    # ops whose result's length is not their input's (eager/ragged_forms.py)
+    "concat rows": lambda x, w, m, lab: _concat_rows(x, w, m),
+    "slices": lambda x, w, m, lab: (
+        (_sel(x, m)[:-1] * 2).sum() + _sel(x, m)[1:].mean(axis=1).sum()
+        + (_sel(x, m)[:2] @ w).sum() + _sel(x, m)[1:4, 0].sum(),
+        _sel(x, m)[2:]),
+    "topk sort": lambda x, w, m, lab: _topk_sort(x, w, m),
+    "count-sized": lambda x, w, m, lab: _count_sized(x, w, m),
+    "sampler": lambda x, w, m, lab: _sampler(x, w, m),
 }
 
-REGION_SAFE = sorted(set(PROGRAMS) - {"reshape across", "concat sort", "numpy"})
+REGION_SAFE = sorted(set(PROGRAMS) - {"reshape across", "concat sort", "numpy", "count-sized",
+                                      "sampler"})
+
+
+def _concat_rows(x, w, m):
+    a, b = _sel(x, m), _sel(x * 3 + w[0], ~m)
+    both = F.concat([a, w, b * 0.5])
+    return (both.sum() + (F.concat([a, b]) @ w).max(axis=1).sum(), both,
+            F.concat([a[:, :1], a], axis=1))
+
+
+def _topk_sort(x, w, m):
+    col = _sel(x @ w, m)[:, 0]
+    values, where = F.topk(col, 3)
+    low, _ = F.topk(col, -2, descending=True)
+    ordered, _ = F.sort(col, descending=True)
+    return (values.sum() + low.sum() * 2 + (ordered * F.argsort(col).astype("float32")).sum(),
+            where, F.argsort(col, descending=True))
+
+
+def _count_sized(x, w, m):
+    """Tensors made at a ragged length: fills, a draw, a top-k by a count tensor."""
+    sel = _sel(x, m)
+    eg.random.seed(3)
+    noise = eg.random.uniform(size=sel.shape[0]) + eg.random.normal(size=(len(sel), 1))[:, 0]
+    marks = F.full((sel.shape[0], 1), 2.0)
+    count = (sel[:, 0] > 0).sum()
+    top, _ = F.topk(x[:, 0], k=F.maximum(count, 1))
+    return ((F.concat([sel, marks], axis=1) * (1 + noise.reshape(-1, 1))).sum() + top.sum()
+            + F.zeros_like(sel).sum(), noise, top)
+
+
+def _sampler(x, w, m):
+    """The zoo's label sampler (`layers/det/sampling.py`) on a selection: random scores set
+    through a mask, the surplus found by a top-k of a count tensor and reset."""
+    sel = _sel(x, m)
+    labels = (sel[:, 0] > 0).astype("int32")
+    chosen = labels == 1
+    valid = chosen.sum()
+    eg.random.seed(5)
+    if valid > 1:
+        scores = F.zeros_like(labels).astype("float32")
+        scores[chosen] = eg.random.uniform(size=valid)
+        _, surplus = F.topk(scores, k=1 - valid)
+        labels[surplus] = -1
+    weights = F.zeros_like(sel[:, 0])
+    weights[labels == 1] = sel[:, 0][labels == 1] * 2
+    return (weights * sel[:, -1]).sum() + sel.sum(), labels, weights
 
 
 def inputs(n: int, d: int, mask: np.ndarray, seed: int) -> dict:
