@@ -80,25 +80,28 @@ def roi_align(x, rois, *, output_shape, mode, spatial_scale, offset, sample_poin
     """
     attrs = dict(output_shape=output_shape, mode=mode, spatial_scale=spatial_scale,
                  offset=offset, sample_points=sample_points)
+    # channels last, once: inside `lax.map`'s body XLA transposes the whole map again for every
+    # block (measured: forward 0.48 s against 0.15 s for 1024 RoIs over (2, 256, 64, 64))
+    xt = x.transpose(0, 2, 3, 1)
     k = rois.shape[0]
     if k <= _ROI_BLOCK:
-        return _roi_align_block(x, rois, **attrs)
+        return _roi_align_block(xt, rois, **attrs)
     pad = -k % _ROI_BLOCK  # padding RoIs repeat RoI 0; their rows are cut off below
     blocks = jnp.concatenate([rois, jnp.broadcast_to(rois[:1], (pad, rois.shape[1]))])
-    out = lax.map(lambda block: _roi_align_block(x, block, **attrs),
+    out = lax.map(lambda block: _roi_align_block(xt, block, **attrs),
                   blocks.reshape(-1, _ROI_BLOCK, rois.shape[1]))
     return out.reshape(-1, *out.shape[2:])[:k]
 
 
-def _roi_align_block(x, rois, *, output_shape, mode, spatial_scale, offset, sample_points):
-    """`roi_align` of one block of RoIs."""
+def _roi_align_block(xt, rois, *, output_shape, mode, spatial_scale, offset, sample_points):
+    """`roi_align` of one block of RoIs over the channels-last map `xt` (N, H, W, C)."""
     (ph, pw), (sh, sw) = output_shape, sample_points
     batch, x0, y0, x1, y1 = _roi_rows(rois)
     ys = _axis_samples(y0 * _F32(spatial_scale) - _F32(offset),
                        y1 * _F32(spatial_scale) - _F32(offset), ph, sh)
     xs = _axis_samples(x0 * _F32(spatial_scale) - _F32(offset),
                        x1 * _F32(spatial_scale) - _F32(offset), pw, sw)
-    v = _bilinear(x.transpose(0, 2, 3, 1), batch, ys, xs)  # (K, ph * sh, pw * sw, C)
+    v = _bilinear(xt, batch, ys, xs)  # (K, ph * sh, pw * sw, C)
     k, c = v.shape[0], v.shape[-1]
     v = v.reshape(k, ph, sh, pw, sw, c)
     if mode == "average":
