@@ -33,7 +33,7 @@ from jax import lax
 
 from .context import bump_epoch
 from .ops.ragged_ops import edge, valid_rows
-from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, ROWS, SOURCE
+from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, ROWS, SOURCE, WIDE_ROWS
 from .ops.registry import Op
 
 _ENV = "EAGER_RAGGED_BUCKETS"
@@ -167,6 +167,18 @@ def capacity(n: int, limit: int) -> int:
     return min(rung, limit)
 
 
+def fine_capacity(n: int, limit: int) -> int:
+    """A rung of a fine ladder (8 to 16 per doubling: at most 1/8 wasted) at or above `n`, at
+    most `limit`: where an op's rows are so costly that the padding of the main ladder's rung
+    costs more than the programs of more rungs.
+
+    >>> fine_capacity(1081, 4096), fine_capacity(976, 4096), fine_capacity(5, 4096)
+    (1152, 1024, 5)
+    """
+    step = 1 << max(n.bit_length() - 4, 0)
+    return min(-(-n // step) * step, limit)
+
+
 def kind_of(op: Op, attrs: dict, ndim: int) -> str | None:
     """How `op` with `attrs` runs on ragged inputs of `ndim` axes (None: on exact arrays)."""
     rule = op.ragged
@@ -178,7 +190,8 @@ def variant(op: Op, kind: str) -> Op:
     """The op that runs `op` on ragged storage: its first input is the length."""
     cached = op.ragged_ops.get(kind)
     if cached is None:
-        fwd = {ROWS: _rows, SOURCE: _rows, HEAVY_ROWS: _rows_upto, MASKED: _masked,
+        fwd = {ROWS: _rows, SOURCE: _rows, HEAVY_ROWS: _rows_upto, WIDE_ROWS: _rows_upto,
+               MASKED: _masked,
                LOSS: _loss}[kind](op)
         cached = op.ragged_ops[kind] = Op(
             f"{op.name}[{kind}]", fwd, differentiable=op.differentiable,

@@ -29,7 +29,7 @@ from . import tensors as _t  # circular: tensors imports this module; used at ca
 from .context import current
 from .device import default as default_device
 from .ops import OPS
-from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, NONEMPTY, ROWS, SOURCE
+from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, NONEMPTY, ROWS, SOURCE, WIDE_ROWS
 
 log = logging.getLogger("eager.ragged")
 FALLBACKS: Counter = Counter()  # op name -> calls that ran on exact arrays
@@ -128,10 +128,10 @@ def dispatch(op: Any, key: tuple, inputs: Sequence) -> Any:
     if n is None:
         return _on_exact(op, key, inputs, "its ragged inputs differ in length")
     kind = ROWS if kind == SOURCE else kind
-    if kind == HEAVY_ROWS:
-        key = key + _upto(inputs, follows)
+    if kind in (HEAVY_ROWS, WIDE_ROWS):
+        key = key + _upto(inputs, follows, kind)
     out = _t.run_op(_r.variant(op, kind), key, (n, *inputs))
-    if kind in (ROWS, HEAVY_ROWS):
+    if kind in (ROWS, HEAVY_ROWS, WIDE_ROWS):
         for o in out if op.multi_output else (out,):
             o._len = n
     return out
@@ -180,19 +180,21 @@ def _aligned(inputs: Sequence, skip: int, dense: bool) -> Sequence:
     return out
 
 
-def _upto(inputs: Sequence, follows: tuple) -> tuple:
-    """The `upto` attribute of a HEAVY_ROWS op: the capacity rung of the length, when it is
+def _upto(inputs: Sequence, follows: tuple, kind: str) -> tuple:
+    """The `upto` attribute of a HEAVY_ROWS or WIDE_ROWS op: the rows it runs on, when that is
     below the storage's size and eager code can read the length (inside a region it is traced
-    and the op runs on the whole storage). One host read, worth it for an op whose rows cost
-    far more than the read: RoI align on 1028 padded RoIs of which 200 are real."""
+    and the op runs on the whole storage). HEAVY_ROWS: the capacity rung of the length, after
+    one host read, worth it for an op whose rows cost far more than the read (RoI align on 1028
+    padded RoIs of which 200 are real). WIDE_ROWS: a fine rung (`fine_capacity`) of a length
+    already read (a matmul of 1081 rows in storage of 2048 runs on 1152)."""
     first = inputs[follows[0]]
-    concrete = isinstance(first._len, (int, jax.Array)) \
-        and not isinstance(first._len, jax.core.Tracer)
+    readable = (int,) if kind == WIDE_ROWS else (int, jax.Array)
+    concrete = isinstance(first._len, readable) and not isinstance(first._len, jax.core.Tracer)
     n = host_length(first) if concrete else None
     if n is None:
         return ()
     full = first._data.shape[0]
-    cap = max(_r.capacity(n, full), 1)
+    cap = max((_r.fine_capacity if kind == WIDE_ROWS else _r.capacity)(n, full), 1)
     return (("upto", (cap, follows)),) if cap < full else ()
 
 

@@ -8,7 +8,7 @@ from jax import lax
 
 from ..conv_switch import conv_options
 from .lean_grads import standardize
-from .ragged_rules import ROWS, along, unless_reduced
+from .ragged_rules import ROWS, WIDE_ROWS, along, unless_reduced
 from .registry import defop
 
 # ragged=ROWS: a ragged axis 0 is a batch (row) axis; a call that contracts over it fails
@@ -20,7 +20,7 @@ defop("log_softmax", ragged=along(inside=None))(lambda x, *, axis: jax.nn.log_so
 defop("embedding", ragged=ROWS)(lambda index, weight: jnp.take(weight, index, axis=0))
 
 
-@defop("linear", ragged=ROWS)
+@defop("linear", ragged=WIDE_ROWS)
 def linear(x, weight, bias):
     y = jnp.matmul(x, weight.T)
     return y if bias is None else y + bias

@@ -7,6 +7,8 @@ from typing import Any
 ROWS = "rows"  # row-independent along axis 0: runs on the padded storage, its output ragged
 HEAVY_ROWS = "heavy rows"  # ROWS, each row costly: eager code runs it only up to the length's
 # capacity rung (a host read of the length), not on the whole padded storage
+WIDE_ROWS = "wide rows"  # ROWS, each row a large matmul: run only up to a fine rung of the
+# length (at most 1/8 more rows) when eager code has read the length already; no read of its own
 MASKED = "masked"  # a reduction over axis 0 whose second input is a validity mask
 LOSS = "loss"  # a loss: its reduction="none" form is ROWS, then a masked mean / sum
 SOURCE = "source"  # ROWS for indexing ops, whose first input may also be read at given rows
