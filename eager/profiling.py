@@ -12,10 +12,11 @@ it happens), host sync (`.numpy()`, `.item()`, `bool()`, ... and the wait for th
 transfer (host data becoming a tensor). Times are exclusive: a compile inside an op's first
 call counts as compile, not as the op.
 
-jax runs ops asynchronously; with `sync=True` (the default) each timed piece waits for its
-results, so its time is its own compute. `sync=False` leaves the asynchrony as it is: ops then
-show their dispatch cost, and the wait for everything before a host read shows as host sync,
-which is what an unprofiled step pays there.
+jax runs ops asynchronously; with `sync=True` (the default) the block starts once the work
+dispatched before it has finished (the previous step's tail is not charged to its first op),
+and each timed piece waits for its results, so its time is its own compute. `sync=False`
+leaves the asynchrony as it is: ops then show their dispatch cost, and the wait for everything
+before a host read shows as host sync, which is what an unprofiled step pays there.
 
 Nothing is timed outside the block, and an unprofiled program pays one module-level check per
 op. The profile of a thread is its own (`profile()` in another thread sees only that thread).
@@ -115,6 +116,8 @@ def profile(sync: bool = True) -> Iterator[Profile]:
         raise RuntimeError("eager.profile() is already open in this thread; nest no profiles.")
     _listen()
     prof = Profile(sync=sync)
+    if sync:  # work dispatched before the block (the last step's tail) is not the block's
+        jax.block_until_ready(jax.live_arrays())
     _local.profile = prof
     with _lock:
         ON += 1
