@@ -88,7 +88,11 @@ def length_dim(t: Any) -> Any:
 def host_length(t: Any) -> int | None:
     """The length of ragged `t` as an int (a device length is read, once: jax keeps the
     value), or None inside a region, where it is traced."""
-    n = t._len
+    return host_int(t._len)
+
+
+def host_int(n: Any) -> int | None:
+    """A length (an int, a device scalar, a traced value) as an int; None when traced."""
     if isinstance(n, int):
         return n
     return None if isinstance(n, jax.core.Tracer) else int(n)

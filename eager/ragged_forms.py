@@ -14,7 +14,6 @@ import builtins
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from . import ragged as _r
@@ -121,7 +120,7 @@ def _slice(op: Any, key: tuple, inputs: Sequence) -> Any:
 @_form("setitem")
 def _setitem(op: Any, key: tuple, inputs: Sequence) -> Any:
     """`x[index] = value` where `x`, the index arrays (a selection's) or the value are ragged:
-    a scatter on the storage, its padding writes repeating the first write."""
+    a scatter on the storage, whose padding index rows write nowhere."""
     x, value, *index = inputs
     spec = dict(key)["spec"]
     ragged_x = _d.is_ragged(x)
@@ -131,7 +130,7 @@ def _setitem(op: Any, key: tuple, inputs: Sequence) -> Any:
     if not lined:
         if _d.is_ragged(value):
             return None
-        return _scatter(op, x, value, index, spec, False, None)
+        return _scatter(x, value, index, spec, False, None)
     arrays = spec[:len(index)]
     if len(lined) != len(index) or arrays != ("#",) * len(index):
         return None  # ragged index arrays must be the leading items (a mask's coordinates)
@@ -141,7 +140,7 @@ def _setitem(op: Any, key: tuple, inputs: Sequence) -> Any:
     rows = _d.is_ragged(value) or _dense_rows(value, x._data.ndim - len(index) + 1, n)
     if rows is None:
         return None
-    return _scatter(op, x, value, index, spec, rows, n)
+    return _scatter(x, value, index, spec, rows, n)
 
 
 def _dense_rows(value: Any, ndim: int, n: Any) -> bool | None:
@@ -149,14 +148,13 @@ def _dense_rows(value: Any, ndim: int, n: Any) -> bool | None:
     shape = jnp.shape(value._data if isinstance(value, _t.Tensor) else value)
     if len(shape) < ndim or shape[0] == 1:
         return False
-    length = n if isinstance(n, int) else None if isinstance(n, jax.core.Tracer) else int(n)
+    length = _d.host_int(n)
     if length is None:
         return None
     return shape[0] == length and length != 1
 
 
-def _scatter(op: Any, x: Any, value: Any, index: Sequence, spec: tuple, rows: bool,
-             m: Any) -> Any:
+def _scatter(x: Any, value: Any, index: Sequence, spec: tuple, rows: bool, m: Any) -> Any:
     ragged_x = _d.is_ragged(x)
     key = (("spec", spec), ("value_rows", bool(rows)), ("ragged", ragged_x))
     out = _t.run_op(OPS["ragged_setitem"], key,
