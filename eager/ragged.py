@@ -29,10 +29,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
-from jax import lax
 
 from .context import bump_epoch
-from .ops.ragged_ops import edge, valid_rows
+from .ops.ragged_ops import edge, fit_rows, valid_rows
 from .ops.ragged_rules import HEAVY_ROWS, LOSS, MASKED, ROWS, SOURCE, WIDE_ROWS
 from .ops.registry import Op
 
@@ -220,14 +219,8 @@ def _rows_upto(op: Op) -> Callable:
         cap, positions = upto
         full = arrays[positions[0]].shape[0]
         out = rows(n, *(a[:cap] if i in positions else a for i, a in enumerate(arrays)), **attrs)
-        return tuple(_grow(o, full) for o in out) if op.multi_output else _grow(out, full)
+        return tuple(fit_rows(o, full) for o in out) if op.multi_output else fit_rows(out, full)
     return fwd
-
-
-def _grow(a: Any, rows: int) -> Any:
-    """`a` with copies of its row 0 (under `stop_gradient`) appended up to `rows` rows."""
-    pad = jnp.broadcast_to(lax.stop_gradient(a[:1]), (rows - a.shape[0], *a.shape[1:]))
-    return jnp.concatenate([a, pad])
 
 
 def _masked(op: Op) -> Callable:

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .ragged_ops import valid_first
 from .ragged_rules import HEAVY_ROWS
 from .registry import defop
 
@@ -273,9 +274,8 @@ def nms_keep(boxes, scores, length=None, *, iou_thresh, max_output):
     """
     n = scores.shape[0]
     order = jnp.argsort(scores, stable=True)[::-1].astype(jnp.int32)
-    if length is not None:  # a stable partition keeps the valid boxes' own order
-        order = order[jnp.argsort(order >= length, stable=True)]
-        n = length
+    if length is not None:
+        order, n = valid_first(order, length), length
     ranked = boxes.astype(jnp.float32)[order]
     if scores.shape[0] == 0:
         return order, jnp.zeros(0, jnp.bool_)

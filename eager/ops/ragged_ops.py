@@ -37,6 +37,12 @@ def fit_rows(a, rows):
     return jnp.concatenate([a, pad])
 
 
+def valid_first(order, n):
+    """`order` (positions in a ragged storage of length `n`) with the valid positions first, in
+    their order: a stable sort of the storage restricted to its valid rows is their own."""
+    return order[jnp.argsort(order >= n, stable=True)]
+
+
 @defop("ragged_fit")
 def ragged_fit(x, *, rows):
     """Ragged storage moved to `rows` rows (its length fits both)."""
@@ -90,7 +96,6 @@ def ragged_topk(n, m, x, *, k, descending, ragged):
     with the exact array's `topk` / `sort`."""
     idx = _order(x, descending)
     if ragged:
-        valid = jnp.arange(x.shape[0]) < n
-        idx = idx[jnp.argsort(~valid[idx], stable=True)]
+        idx = valid_first(idx, n)
     idx = idx[:k]
     return edge(x[idx], m), edge(idx, m)
