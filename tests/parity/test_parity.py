@@ -45,10 +45,35 @@ def _side(python: str, side: str, tmp: Path) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+def _repeated_side(python: str, tmp: Path, runs: int = 5) -> dict[str, Any]:
+    """MegEngine's results, each case's taken from the first value two runs agree on.
+
+    MegEngine 1.13's CPU kernels sometimes read memory they never wrote: in about one run in
+    thirty (7 of 300 steps of its network, measured), the gradient of a (1, C, 1, 1) parameter
+    (a depthwise convolution's bias, PReLU's weight) in
+    `grouped_weights_and_prelu_in_megengine_shapes` is off by 0.1 or by 1e24. One run of the
+    reference is then a coin with a bad side; MegEngine's side runs again (a fresh process each
+    time, at most `runs`: 4 s each here) until every case has repeated itself.
+    A case that never repeats (its own draws, a temporary path in a message, a kept MegEngine
+    bug) is compared on its first run, as one run would be."""
+    seen: list[dict[str, Any]] = []
+    settled: dict[str, Any] = {}
+    for i in range(runs):
+        (tmp / f"run{i}").mkdir()
+        run = _side(python, "megengine", tmp / f"run{i}")
+        for name, result in run.items():
+            if name not in settled and any(result == earlier[name] for earlier in seen):
+                settled[name] = result
+        seen.append(run)
+        if len(settled) == len(run):
+            break
+    return {name: settled.get(name, first) for name, first in seen[0].items()}
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("parity")
-    return {"megengine": _side(str(Path(INTERPRETER).expanduser()), "megengine", tmp),
+    return {"megengine": _repeated_side(str(Path(INTERPRETER).expanduser()), tmp),
             "project": _side(sys.executable, "project", tmp)}
 
 
@@ -125,6 +150,16 @@ def _check_bug(name: str, ours: dict, theirs: dict, options: dict) -> None:
         return
     pytest.fail(f"{name}: MegEngine now agrees with the reference; its bug "
                 f"({options['megengine_bug']}) is fixed: make this an ordinary case")
+
+
+def test_a_reference_run_that_reads_stray_memory_is_outvoted(tmp_path, monkeypatch):
+    """The run that disagrees with two others loses; one that never repeats keeps run 1."""
+    runs = iter([{"flaky": 1e24, "drawn": 0.1, "steady": 1},
+                 {"flaky": 0.5, "drawn": 0.2, "steady": 1},
+                 {"flaky": 0.5, "drawn": 0.3, "steady": 1}])
+    monkeypatch.setattr(sys.modules[__name__], "_side", lambda *args: next(runs))
+    assert _repeated_side("python", tmp_path, runs=3) == {"flaky": 0.5, "drawn": 0.1,
+                                                          "steady": 1}
 
 
 # MegEngine loads an optimizer state written here and takes the next step from it: the two
