@@ -15,6 +15,7 @@ from . import (
     autodiff,
     config,
     distributed,
+    executable_store,  # noqa: F401  (for `partial`'s segment store; not public)
     functional,
     hooks,
     hub,

@@ -21,6 +21,7 @@ import eager as eg
 from autograd_bridge import SegmentFunction
 from xla_segments import Segment
 
+from . import segment_store
 from .compile_options import segment_options
 from .errors import NotDifferentiableError
 from .guards import (
@@ -116,7 +117,8 @@ class Entry:
         self.segment = Segment(_pinned(program, self.ref_writes, position), program.in_avals,
                                name=name,
                                options=segment_options(program.in_avals, donate=self.donated,
-                                                       per_rank=program.per_rank, remat=remat))
+                                                       per_rank=program.per_rank, remat=remat),
+                               store=segment_store.for_program(program))
         self.conv_rewrites = eg.conv_rewrites()
         self.function = SegmentFunction(self.segment, program.deps, name, finisher)
         self.out_leaves = program.out_leaves

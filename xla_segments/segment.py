@@ -10,7 +10,9 @@ A segment owns up to three kinds of executables, each compiled once, on first us
   `jax.checkpoint` policy lets it keep).
 
 How they are compiled (donation, shardings, XLA options, rematerialization) is one
-`CompileOptions` value. Nothing here knows about Tensors: callers pass arrays and get arrays back.
+`CompileOptions` value. A caller that can describe `fn` without tracing it gives a `store`
+(`Store`): each executable is then looked up there before anything is traced, and kept there
+once built. Nothing here knows about Tensors: callers pass arrays and get arrays back.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 
@@ -29,20 +31,39 @@ from .options import CompileOptions
 from .residuals import slim
 
 
+class Store(Protocol):
+    """Where a segment's executables are kept between processes, by a text that describes
+    the executable fully (the kind, the gradient signature, the abstract inputs and the
+    options; the store adds the description of the function it was made for)."""
+
+    def load(self, text: str) -> tuple[Any, dict] | None:
+        """The `jax.stages.Compiled` kept for `text` and its XLA options, or None."""
+
+    def save(self, text: str, compiled: Any, xla_options: dict) -> None:
+        """Keep `compiled` (built with `xla_options`) for `text`; a store may decline."""
+
+
 @dataclass
 class Executable:
     """One compiled executable and what it cost to build.
 
     `compiled` is the `jax.stages.Compiled` (call it directly on the hot path); `lowered` gives
-    the StableHLO; `seconds` is the time spent tracing, lowering and compiling;
-    `compiler_options` the XLA options it was compiled with.
+    the StableHLO (lowered again on demand for one a store supplied); `seconds` is the time
+    spent tracing, lowering and compiling, or loading; `compiler_options` the XLA options it
+    was compiled with.
     """
 
     kind: str
     compiled: Any  # a `jax.stages.Compiled`, or a per-rank call of one (`_local`)
-    lowered: jax.stages.Lowered
+    _lowered: jax.stages.Lowered | Callable[[], jax.stages.Lowered]
     seconds: float
     compiler_options: dict = field(default_factory=dict)
+
+    @property
+    def lowered(self) -> jax.stages.Lowered:
+        if callable(self._lowered):  # loaded from a store: lowered only when asked
+            self._lowered = self._lowered()
+        return self._lowered
 
     def __call__(self, *args: Any) -> Any:
         return self.compiled(*args)
@@ -71,6 +92,8 @@ class Segment:
         name: used in the names of the compiled executables and in error messages.
         options: how to compile (`CompileOptions`): donation and shardings of the inference
             forward, XLA options, rematerialization of the training forward.
+        store: where executables are looked up before tracing and kept after compiling
+            (`Store`), or None. Not used by a per-rank segment.
 
     >>> import jax.numpy as jnp
     >>> seg = Segment(lambda x, w: (jnp.tanh(x @ w),), [jnp.ones((2, 3)), jnp.ones((3, 4))])
@@ -89,6 +112,7 @@ class Segment:
     in_avals: Sequence[Any]
     name: str = "segment"
     options: CompileOptions = CompileOptions()
+    store: Store | None = None
     _avals: tuple = field(init=False, repr=False)
     _forward: Executable | None = field(default=None, init=False, repr=False)
     _vjps: dict = field(default_factory=dict, init=False, repr=False)
@@ -131,21 +155,49 @@ class Segment:
     def forward(self) -> Executable:
         """The inference forward: `(*inputs) -> tuple of outputs`; no residuals are kept."""
         if self._forward is None:
-            fn = self._function()
-
-            def forward(*inputs: Any) -> tuple:
-                return tuple(fn(*inputs))
-
-            forward.__name__ = f"{self.name}_forward"
-            opts = self.options
-            jit_args: dict[str, Any] = {"donate_argnums": opts.donate}
-            if opts.in_shardings is not None:
-                jit_args["in_shardings"] = opts.in_shardings
-            if opts.out_shardings is not None:
-                jit_args["out_shardings"] = opts.out_shardings
-            self._forward = self._local(_compile("forward", forward, self._avals, opts,
-                                                 jit_args))
+            text = self._text("forward")
+            self._forward = self._load("forward", text, lambda: self._build_forward().lowered)
+            if self._forward is None:
+                self._forward = self._build_forward()
+                self._keep(text, self._forward)
         return self._forward
+
+    def _build_forward(self) -> Executable:
+        fn = self._function()
+
+        def forward(*inputs: Any) -> tuple:
+            return tuple(fn(*inputs))
+
+        forward.__name__ = f"{self.name}_forward"
+        opts = self.options
+        jit_args: dict[str, Any] = {"donate_argnums": opts.donate}
+        if opts.in_shardings is not None:
+            jit_args["in_shardings"] = opts.in_shardings
+        if opts.out_shardings is not None:
+            jit_args["out_shardings"] = opts.out_shardings
+        return self._local(_compile("forward", forward, self._avals, opts, jit_args))
+
+    def _text(self, kind: str, signature: tuple = ()) -> str | None:
+        """What `store` keeps the executable of `kind` under, besides the function; None when
+        there is no store (or the segment is per rank: its executables wrap global ones)."""
+        if self.store is None or self.options.per_rank is not None:
+            return None
+        return repr((kind, signature, self._avals, self.options))
+
+    def _load(self, kind: str, text: str | None, lower: Callable) -> Executable | None:
+        """The executable `store` kept for `text`, or None. `lower` lowers it if asked."""
+        if text is None:
+            return None
+        start = time.perf_counter()
+        found = self.store.load(text) if self.store is not None else None
+        if found is None:
+            return None
+        compiled, xla_options = found
+        return Executable(kind, compiled, lower, time.perf_counter() - start, xla_options)
+
+    def _keep(self, text: str | None, exe: Executable) -> None:
+        if text is not None and self.store is not None:
+            self.store.save(text, exe.compiled, exe.compiler_options)
 
     def vjp(self, wrt: tuple[int, ...],
             diff_outputs: tuple[int, ...]) -> tuple[Executable, Executable]:
@@ -160,29 +212,42 @@ class Segment:
         key = (tuple(wrt), tuple(diff_outputs))
         pair = self._vjps.get(key)
         if pair is None:
-            fwd = _vjp_forward(_rematerialized(self._function(), self.options), *key)
-            fwd, rebuild = slim(fwd, self._avals, key[1])
-            fwd.__name__ = f"{self.name}_forward_vjp"
-            fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
-            # Shapes from the lowering, placements from the executable (where outputs land).
-            placed = jax.tree.map(
-                lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype,
-                                                            sharding=sharding),
-                fwd_exe.lowered.out_info, fwd_exe.compiled.output_shardings)
-            out_info, res = placed
-            cts = tuple(out_info[j] for j in key[1])
-            layouts = (None,) * len(key[0]) if self.options.per_rank else tuple(
-                _spread(self._avals[i]) for i in key[0])
-
-            def backward(residuals: Any, cotangents: tuple) -> tuple:
-                grads = rebuild(residuals)(cotangents)
-                return tuple(g if s is None else jax.lax.with_sharding_constraint(g, s)
-                             for g, s in zip(grads, layouts))
-
-            backward.__name__ = f"{self.name}_backward"
-            bwd_exe = _compile("backward", backward, (res, cts), self.options)
-            pair = self._vjps[key] = (self._local(fwd_exe), self._local(bwd_exe, *key))
+            texts = self._text("forward_vjp", key), self._text("backward", key)
+            loaded = [self._load(kind, text, lambda i=i: self._build_vjp(key)[i].lowered)
+                      for i, (kind, text) in enumerate(zip(("forward_vjp", "backward"), texts))]
+            if loaded[0] is not None and loaded[1] is not None:
+                pair = self._vjps[key] = (loaded[0], loaded[1])
+            else:
+                pair = self._vjps[key] = self._build_vjp(key)
+                for text, exe in zip(texts, pair):
+                    self._keep(text, exe)
         return pair
+
+    def _build_vjp(self, key: tuple) -> tuple[Executable, Executable]:
+        """The training forward and the backward for `key` (wrt, diff_outputs), traced and
+        compiled."""
+        fwd = _vjp_forward(_rematerialized(self._function(), self.options), *key)
+        fwd, rebuild = slim(fwd, self._avals, key[1])
+        fwd.__name__ = f"{self.name}_forward_vjp"
+        fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
+        # Shapes from the lowering, placements from the executable (where outputs land).
+        placed = jax.tree.map(
+            lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype,
+                                                        sharding=sharding),
+            fwd_exe.lowered.out_info, fwd_exe.compiled.output_shardings)
+        out_info, res = placed
+        cts = tuple(out_info[j] for j in key[1])
+        layouts = (None,) * len(key[0]) if self.options.per_rank else tuple(
+            _spread(self._avals[i]) for i in key[0])
+
+        def backward(residuals: Any, cotangents: tuple) -> tuple:
+            grads = rebuild(residuals)(cotangents)
+            return tuple(g if s is None else jax.lax.with_sharding_constraint(g, s)
+                         for g, s in zip(grads, layouts))
+
+        backward.__name__ = f"{self.name}_backward"
+        bwd_exe = _compile("backward", backward, (res, cts), self.options)
+        return self._local(fwd_exe), self._local(bwd_exe, *key)
 
     def _local(self, exe: Executable, wrt: tuple = (), diff_outputs: tuple = ()) -> Executable:
         """`exe` as called on this rank's local arrays, for a per-rank segment."""
@@ -197,7 +262,8 @@ class Segment:
         is held from forward to backward; `remat` trades it for recomputation). Builds the pair
         of executables if needed."""
         fwd, _ = self.vjp(wrt, diff_outputs)
-        _, residuals = fwd.lowered.out_info
+        # a loaded executable knows its outputs; a per-rank call of one asks the lowering
+        _, residuals = getattr(fwd.compiled, "out_info", None) or fwd.lowered.out_info
         return sum(math.prod(info.shape) * info.dtype.itemsize
                    for info in jax.tree.leaves(residuals))
 

@@ -25,35 +25,26 @@ cache). Like jax's cache, the directory is trusted: keep it private.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import hashlib
-import importlib.metadata
-import os
-import pickle
-import platform
-import tempfile
-import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental import serialize_executable
 
 try:  # the settings that shape a trace (x64, matmul precision, ...), as jit's own cache keys them
     from jax._src.config import trace_context as _trace_context
 except ImportError:  # another jax: nothing is kept, rather than keyed without them
     _trace_context = None
 
+from .. import executable_store as store
 from ..context import current
 
 HIT_EVENT = "/eager/persistent_cache/hits"
 LOAD_EVENT = "/eager/persistent_cache/load_duration"
 _SUBDIR = "eager-ops"
-_FORMAT = 1  # bump when what a file holds changes
 _PLAIN = (bool, int, float, complex, str, type(None), np.dtype, enum.Enum)
 _SCALARS = (bool, int, float, complex)
 _ARRAY: list[type] = []  # jax's concrete array type, found at the first wrap (the backend is up)
@@ -61,11 +52,7 @@ _ARRAY: list[type] = []  # jax's concrete array type, found at the first wrap (t
 
 def cache_dir() -> str | None:
     """Where the eager ops' executables live now: a folder of jax's persistent cache, or None."""
-    # jax's options are dynamic attributes of `jax.config`, which its annotations do not declare
-    directory = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
-    if not directory or not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
-        return None
-    return os.path.join(directory, _SUBDIR)
+    return store.folder(_SUBDIR)
 
 
 def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict | None,
@@ -73,7 +60,7 @@ def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict 
     """The op function `fn` with static attributes `key` as an eager call runs it: through the
     disk cache, with `plain` (its `jax.jit`) for calls in a trace. None when the cache is off
     or cannot key this program: the caller keeps its plain jit."""
-    if _trace_context is None or cache_dir() is None or not _one_device():
+    if _trace_context is None or cache_dir() is None or not store.one_device():
         return None
     if not _plain_value(key) or not _plain_value(options):
         return None
@@ -130,50 +117,25 @@ class Persistent:
         """The compiled program for `key` (trace settings, signature): from disk, or compiled
         now and stored."""
         folder = cache_dir()
-        if folder is None or not _one_device():  # e.g. jax.distributed started meanwhile
+        if folder is None or not store.one_device():  # e.g. jax.distributed started meanwhile
             return self.plain
         context, signature = key
         # outside a trace its one unprintable part (the axis environment) is empty
         context = tuple(v if _plain_value(v) else type(v).__name__ for v in context)
-        settings = sorted((name, value) for name, value in jax.config.values.items()
-                          if "cache" not in name and "log" not in name)  # these change no program
-        text = repr((_environment(), settings, context, self.program, signature))
-        path = Path(folder, hashlib.sha256(text.encode()).hexdigest() + ".bin")
+        text = repr((_environment(), store.settings(), context, self.program, signature))
+        path = store.path_of(folder, text)
         start = time.perf_counter()
-        found = _read(path, text)
+        found = store.read(path, text)
         if found is not None:
             jax.monitoring.record_event(HIT_EVENT)
             jax.monitoring.record_event_duration_secs(LOAD_EVENT, time.perf_counter() - start,
                                                       fun_name=self.name)
-            return found
-        hits = _jax_hits.count
+            return found[0]
+        hits = store.jax_hits.count
         compiled = self.jitted.lower(*args).compile()
-        if _jax_hits.count == hits:  # see `_JaxHits`: only a fresh executable serializes whole
-            _write(path, text, compiled)
+        if store.jax_hits.count == hits:  # see `_JaxHits`: only a fresh one serializes whole
+            store.write(path, text, compiled)
         return compiled
-
-
-class _JaxHits(threading.local):
-    """This thread's count of executables loaded from jax's own persistent cache. jaxlib 0.10.2
-    serializes such an executable without its compiled functions (a process that loads the
-    copy fails with "NOT_FOUND: Function ... not found" at the first call), so a program that
-    jax's cache supplied is not copied into this one; jax's cache keeps serving it."""
-
-    count = 0
-
-    def on_event(self, event: str, **kwargs: Any) -> None:
-        if event == "/jax/compilation_cache/cache_hits":  # sent by the compiling thread
-            self.count += 1
-
-
-_jax_hits = _JaxHits()
-jax.monitoring.register_event_listener(_jax_hits.on_event)
-
-
-def _one_device() -> bool:
-    """Whether this process sees one device and is alone: an executable is built for its
-    devices, and the ranks of a distributed run (sharing a cache directory) have others."""
-    return jax.process_count() == 1 and jax.device_count() == 1
 
 
 def _signature(args: Any) -> tuple | None:
@@ -212,64 +174,7 @@ def _plain_value(value: Any) -> bool:
     return isinstance(value, _PLAIN)
 
 
-_ENVIRONMENT: list[str] = []
-
-
 def _environment() -> str:
-    """What shapes every executable and stays fixed in a process: jax's and jaxlib's versions,
-    XLA's flags, the device and host CPU, and the source of `eager` (an op's function may call
-    anything in the package)."""
-    if not _ENVIRONMENT:
-        package = Path(__file__).resolve().parent.parent
-        source = hashlib.sha256()
-        for file in sorted(package.rglob("*.py")):
-            source.update(str(file.relative_to(package)).encode() + b"\0" + file.read_bytes())
-        device = jax.devices()[0]
-        _ENVIRONMENT.append(repr((
-            _FORMAT, jax.__version__, importlib.metadata.version("jaxlib"), device.platform,
-            device.device_kind, device.id, _cpu_flags(), platform.machine(),
-            os.environ.get("XLA_FLAGS", ""), source.hexdigest())))
-    return _ENVIRONMENT[0]
-
-
-def _cpu_flags() -> str:
-    """The host CPU's feature flags (an executable for XLA:CPU is built for them)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return platform.processor()
-
-
-def _read(path: Path, text: str) -> Callable | None:
-    """The executable stored at `path` for key `text`, or None: absent, stored for another key
-    (left), or unreadable (removed, so that later processes do not read it again)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    try:
-        stored, payload, in_tree, out_tree = pickle.loads(data)
-        if stored != text:
-            return None
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
-    except Exception:  # noqa: BLE001 - damaged: compiled anew
-        with contextlib.suppress(OSError):  # a cache this process may only read
-            path.unlink(missing_ok=True)
-        return None
-
-
-def _write(path: Path, text: str, compiled: Any) -> None:
-    """Store `compiled` at `path` atomically (a reader never sees half a file); a cache that
-    cannot be written costs only the next process's compile."""
-    tmp = None
-    try:
-        payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump((text, payload, in_tree, out_tree), f)
-        os.replace(tmp, path)
-    except Exception:  # noqa: BLE001 - e.g. a read-only or full disk: keep running
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    """What shapes every executable besides the key: see `executable_store.environment`; an
+    op's function may call anything in `eager`."""
+    return store.environment(("eager",))

@@ -1,6 +1,6 @@
 """`partial.set_cache_dir` and `PARTIAL_CACHE_DIR`: a second process loads what the first one
-compiled (segments from jax's cache, built-in eager ops from `eager`'s folder of it, by a key
-made before tracing), counted by jax's monitoring events and `eager`'s own. Each process is a
+compiled (segments and built-in eager ops from their folders of jax's cache, by keys made
+before tracing), counted by jax's monitoring events and `eager`'s own. Each process is a
 fresh interpreter, since the cache is about what a new process has to compile."""
 
 import json
@@ -43,12 +43,14 @@ with gm:
     loss = (backbone(eg.tensor(np.ones((8, 4), np.float32))) ** 2).mean()
     gm.backward(loss)
 opt.step().clear_grad()
-loss.item()
-print(json.dumps({k: v - before.get(k, 0) for k, v in counts.items()}))
+counts["loss"], counts["weight"] = loss.item(), net.weight.numpy().tolist()
+print(json.dumps({k: v if k in ("loss", "weight") else v - before.get(k, 0)
+                  for k, v in counts.items()}))
 """
 
 PREFIX = "/jax/compilation_cache/"
 EAGER_HITS = "/eager/persistent_cache/hits"
+SEGMENT_HITS = "/partial/segment_cache/hits"
 
 
 def run(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -70,6 +72,7 @@ def test_a_second_process_loads_the_step_from_the_cache(tmp_path):
     assert first.get("cache_hits", 0) == 0
     assert first["cache_misses"] == first["compile_requests_use_cache"] > 0
     assert EAGER_HITS not in first
+    assert SEGMENT_HITS not in first
     files = sorted(p.name for p in cache.iterdir() if p.is_file())
     # the segment's forward and backward executables and the eager ops, however small
     assert any("forward" in f for f in files) and any("backward" in f for f in files), files
@@ -78,11 +81,15 @@ def test_a_second_process_loads_the_step_from_the_cache(tmp_path):
     eager_ops = list((cache / "eager-ops").iterdir())
     assert eager_ops and all(p.suffix == ".bin" for p in eager_ops)
 
+    # the segment's training forward and backward once more, keyed by the captured jaxpr
+    assert len(list((cache / "segments").iterdir())) == 2
+
     second = step_events(env={"PARTIAL_CACHE_DIR": str(cache)})  # the environment variable
     assert second.get("cache_misses", 0) == 0  # nothing compiled anew
-    # every eager op stored is loaded without tracing; jax's cache sees the segment's programs
+    # every eager op and both segment executables are loaded without tracing
     assert second[EAGER_HITS] == len(eager_ops)
-    assert second["cache_hits"] >= 2
+    assert second[SEGMENT_HITS] == 2
+    assert (second["loss"], second["weight"]) == (first["loss"], first["weight"])
 
 
 SWITCH = """

@@ -1,0 +1,184 @@
+"""A captured region's executables on disk, keyed by its jaxpr before anything is traced again.
+
+jax's persistent cache is keyed by the lowered program: a process that finds a region's
+executables there still derives the training forward and backward (`jax.vjp`, the residual
+pruning: several traces of the whole region) and lowers them to learn the key, 1-2 s of a
+detector's first step on 2 cores. But the captured jaxpr says what the region computes, so
+when jax's persistent cache is on (`partial.set_cache_dir`) a segment's executables are kept
+in `<cache dir>/segments/` under the jaxpr's text, its constants' bytes, the segment's abstract
+inputs, gradient signature and compile options, and `executable_store.environment` of the four
+packages (whose code turns a jaxpr into executables).
+
+A jaxpr's text does not show the Python functions some equations carry (a `custom_vjp`'s
+backward, a `custom_jvp`'s rule, a host callback): a region is kept only when each one is
+defined in jax or in this project (their code is in the key) and whatever it closes over is a
+plain value or an array (put in the key). Anything else, a per-rank region, or a process with
+more than one device, compiles as it does with the cache off.
+"""
+
+from __future__ import annotations
+
+import functools as ft
+import hashlib
+import types
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jex
+
+import eager as eg
+
+store = eg.executable_store
+HIT_EVENT = "/partial/segment_cache/hits"  # one per executable loaded (`jax.monitoring`)
+_SUBDIR = "segments"
+_PACKAGES = ("eager", "xla_segments", "autograd_bridge", "partial")
+_TRUSTED = ("jax.", "jax", "eager", "xla_segments", "autograd_bridge", "partial")
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.dtype, np.generic)
+
+try:  # the settings that shape a trace (x64, matmul precision, ...), as jit's own cache keys them
+    from jax._src.config import trace_context as _trace_context
+except ImportError:  # another jax: nothing is kept, rather than keyed without them
+    _trace_context = None
+
+
+class SegmentStore:
+    """`xla_segments.Store` for one captured program: `description` says what it computes."""
+
+    def __init__(self, description: str):
+        self.description = description
+        self._misses: dict[str, int] = {}  # text -> jax's cache hits at the miss (this thread)
+
+    def _where(self, text: str) -> tuple[Any, str] | None:
+        folder = store.folder(_SUBDIR)
+        if folder is None or not store.one_device() or _trace_context is None:
+            return None
+        context = tuple(v if _plain(v) else type(v).__name__ for v in _trace_context())
+        full = repr((store.environment(_PACKAGES), store.settings(), context, self.description,
+                     text))
+        return store.path_of(folder, full), full
+
+    def load(self, text: str) -> tuple[Any, dict] | None:
+        where = self._where(text)
+        found = None if where is None else store.read(*where)
+        if found is None:
+            self._misses[text] = store.jax_hits.count
+        else:
+            jax.monitoring.record_event(HIT_EVENT)
+        return found
+
+    def save(self, text: str, compiled: Any, xla_options: dict) -> None:
+        # only an executable this thread compiled itself serializes whole (`store.jax_hits`)
+        if self._misses.pop(text, None) != store.jax_hits.count:
+            return
+        where = self._where(text)
+        if where is not None:
+            store.write(*where, compiled, xla_options)
+
+
+def describe(jaxpr: Any, consts: list, n_args: int) -> str | None:
+    """What a program (`Program.function()`: `jaxpr` over the consts, then the arguments)
+    computes, as text; None when some of it the text cannot say (see the module docstring)."""
+    extra: list = []
+    if not _walk_jaxpr(jaxpr, extra):
+        return None
+    baked = [("input", p) if p is not None else _array_text(v) for p, v in consts]
+    return repr((str(jaxpr), extra, baked, n_args))
+
+
+def _walk_jaxpr(jaxpr: Any, extra: list) -> bool:
+    for eqn in jaxpr.eqns:
+        for value in eqn.params.values():
+            if not _walk_param(value, extra):
+                return False
+    return True
+
+
+def _walk_param(value: Any, extra: list) -> bool:
+    """Add to `extra` what the printed jaxpr leaves out of `value`; False if unknowable."""
+    if isinstance(value, jex.ClosedJaxpr):
+        extra.extend(_array_text(c) for c in value.consts)
+        return _walk_jaxpr(value.jaxpr, extra)
+    if isinstance(value, jex.Jaxpr):
+        return _walk_jaxpr(value, extra)
+    if isinstance(value, (tuple, list)):
+        return all(_walk_param(v, extra) for v in value)
+    if isinstance(value, (np.ndarray, jax.Array)):
+        extra.append(_array_text(value))
+        return True
+    return _walk_value(value, extra, {}, depth=0)
+
+
+_HOLDERS = ("f", "fun", "func", "fwd", "bwd", "jvp", "callback", "callback_func",
+            "__wrapped__", "__func__")
+
+
+def _walk_value(value: Any, extra: list, seen: dict, depth: int) -> bool:
+    """Whether what `value` computes is said by `extra` (which gets the values and the names
+    of the functions it holds) or by jax's version: False when some function in it is
+    neither jax's nor this project's, or it holds something unknown. `seen` holds what this
+    walk entered already (functions and the objects defining them refer to each other)."""
+    if depth > 24:
+        return False
+    if id(value) in seen:  # alive: `seen` holds it until the walk ends
+        return True
+    seen[id(value)] = value
+    if isinstance(value, (np.ndarray, jax.Array)):
+        extra.append(_array_text(value))
+        return True
+    if _plain(value):
+        extra.append(repr(value))
+        return True
+    inner = [getattr(value, name) for name in _HOLDERS if hasattr(value, name)]
+    if isinstance(value, ft.partial):
+        inner += [*value.args, *value.keywords.values()]
+    if isinstance(value, types.FunctionType):
+        if not (value.__module__ or "").startswith(_TRUSTED):
+            return False
+        extra.append(f"{value.__module__}.{value.__qualname__}")
+        inner += [cell.cell_contents for cell in value.__closure__ or () if _has_contents(cell)]
+        inner += list(value.__defaults__ or ())
+    elif isinstance(value, (tuple, list, frozenset)):
+        inner += list(value)
+    elif isinstance(value, dict):  # e.g. the memo of jax's `_memoize`
+        inner += [*value.keys(), *value.values()]
+    elif not inner and not _inert(value):
+        return False
+    return all(_walk_value(v, extra, seen, depth + 1) for v in inner)
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _inert(value: Any) -> bool:
+    """What a trusted function may hold that holds no function of its own: types, modules,
+    builtins, sentinels, jax's own objects (tree definitions, meshes, primitives, jaxprs: a jaxpr a
+    function closes over is derived from the region's, whose text is the key)."""
+    return type(value) is object or \
+        isinstance(value, (type, types.ModuleType, types.BuiltinFunctionType)) or \
+        type(value).__module__.startswith(("jax.", "jaxlib."))
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, (tuple, list, frozenset)):
+        return all(_plain(v) for v in value)
+    return isinstance(value, _PLAIN)
+
+
+def _array_text(value: Any) -> str:
+    array = np.asarray(value)
+    return f"{array.dtype}{array.shape}:{hashlib.sha256(array.tobytes()).hexdigest()}"
+
+
+def for_program(program: Any) -> SegmentStore | None:
+    """The store of a captured `Program`'s segment, or None: the cache is off, the program is
+    per rank, or its jaxpr does not say all it computes."""
+    if store.folder(_SUBDIR) is None or program.per_rank is not None or not store.one_device():
+        return None
+    description = describe(program.jaxpr, program.consts, program.n_args)
+    return None if description is None else SegmentStore(description)

@@ -1,0 +1,138 @@
+"""A region's executables kept by its captured jaxpr (`partial/segment_store.py`) and a segment
+that consults a store before tracing (`xla_segments.Segment(store=...)`): what a jaxpr's text
+cannot say is never keyed by it, and a loaded segment computes what a compiled one does."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eager as eg
+import partial
+from eager.autodiff import GradManager
+from eager.ops import lean_grads
+from partial import segment_store
+from partial.segment_store import SegmentStore, describe
+from xla_segments import CompileOptions, Segment
+
+X = jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32).reshape(2, 3)
+
+
+def described(fn, *args):
+    closed = jax.make_jaxpr(fn)(*args)
+    return describe(closed.jaxpr, [(None, c) for c in closed.consts], len(args))
+
+
+def _user_vjp(scale):
+    @jax.custom_vjp
+    def f(x):
+        return x * 2
+
+    f.defvjp(lambda x: (x * 2, None), lambda _, g: (g * scale,))
+    return f
+
+
+def test_a_user_functions_hidden_in_the_jaxpr_is_never_keyed_by_its_text():
+    # the printed jaxprs of both are the same; their gradients differ
+    assert str(jax.make_jaxpr(_user_vjp(2.0))(X)) == str(jax.make_jaxpr(_user_vjp(3.0))(X))
+    assert described(_user_vjp(2.0), X) is None
+    callback = jax.ShapeDtypeStruct(X.shape, X.dtype)
+    assert described(lambda x: jax.pure_callback(np.sin, callback, x), X) is None
+
+
+def test_rules_of_jax_and_of_eager_are_keyed_by_name():
+    for fn in (jax.nn.relu, jax.nn.gelu, lean_grads.gelu, lambda x: jnp.tanh(x @ x.T)):
+        text = described(fn, X)
+        assert text is not None and text == described(fn, X)
+    assert "eager.ops.lean_grads" in described(lean_grads.gelu, X)
+
+
+def test_baked_constants_are_keyed_by_value():
+    a, b = np.arange(6.0, dtype="float32").reshape(2, 3), np.ones((2, 3), "float32")
+    assert described(lambda x: x + a, X) != described(lambda x: x + b, X)
+    assert described(lambda x: x + a, X) == described(lambda x: x + a.copy(), X)
+
+
+class DictStore:
+    def __init__(self):
+        self.kept, self.loads = {}, 0
+
+    def load(self, text):
+        self.loads += text in self.kept
+        return self.kept.get(text)
+
+    def save(self, text, compiled, xla_options):
+        self.kept[text] = (compiled, xla_options)
+
+
+def test_a_segment_loads_its_executables_without_tracing_and_computes_the_same():
+    calls = []
+
+    def fn(x, w):
+        calls.append(1)
+        return (jnp.tanh(x @ w), x.sum() * w[0, 0])
+
+    w = jnp.ones((3, 4)) * 0.5
+    store = DictStore()
+    built = Segment(fn, [X, w], store=store)
+    outs = built.forward()(X, w)
+    fwd, bwd = built.vjp(wrt=(1,), diff_outputs=(0, 1))
+    res_outs, res = fwd(X, w)
+    grads = bwd(res, (jnp.ones((2, 4)), jnp.float32(1.0)))
+    assert len(store.kept) == 3 and calls
+    calls.clear()
+
+    loaded = Segment(fn, [X, w], store=store)
+    np.testing.assert_array_equal(loaded.forward()(X, w)[0], outs[0])
+    fwd2, bwd2 = loaded.vjp(wrt=(1,), diff_outputs=(0, 1))
+    outs2, res2 = fwd2(X, w)
+    np.testing.assert_array_equal(outs2[1], res_outs[1])
+    np.testing.assert_array_equal(bwd2(res2, (jnp.ones((2, 4)), jnp.float32(1.0)))[0], grads[0])
+    assert calls == [] and store.loads == 3  # nothing traced
+    assert "tanh" in loaded.forward().as_text()  # lowered again only when asked
+    assert loaded.forward().compiler_options == built.forward().compiler_options
+
+
+def test_other_inputs_or_options_are_other_executables():
+    store = DictStore()
+    Segment(lambda x: (x * 2,), [X], store=store).forward()
+    Segment(lambda x: (x * 2,), [X[:1]], store=store).forward()
+    Segment(lambda x: (x * 2,), [X], store=store, options=CompileOptions(donate=(0,))).forward()
+    assert store.loads == 0 and len(store.kept) == 3
+
+
+def stores_made(monkeypatch, region, *args):
+    made = []
+    real = segment_store.for_program
+    monkeypatch.setattr(segment_store, "for_program", lambda p: made.append(real(p)) or made[-1])
+    with GradManager().attach(list(args)) as gm:
+        gm.backward(region(*args).sum())
+    return made
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    """`tmp_path` as the cache while the test runs; the session's cache afterwards."""
+    before = jax.config.jax_compilation_cache_dir
+    partial.set_cache_dir(tmp_path)
+    yield tmp_path
+    partial.set_cache_dir(before)
+
+
+def test_a_region_gets_a_store_only_with_the_cache_on(cache_dir, monkeypatch):
+    x = eg.Parameter(np.asarray(X))
+    made = stores_made(monkeypatch, partial.partial_trace(lambda t: t * 3 * t), x)
+    assert [type(m) for m in made] == [SegmentStore]
+    assert len(list((cache_dir / "segments").iterdir())) == 2  # training forward, backward
+    partial.set_cache_dir(None)
+    assert stores_made(monkeypatch, partial.partial_trace(lambda t: t * 3 * t), x) == [None]
+
+
+def test_a_region_with_a_users_gradient_rule_is_not_stored(cache_dir, monkeypatch):
+    """An op whose jax function has its own `custom_vjp`: the jaxpr's text does not show the
+    rule, so the region compiles as it would with the cache off (a stale rule is never run)."""
+    op = eg.Op("scaled_by_five", _user_vjp(5.0))
+    x = eg.Parameter(np.asarray(X))
+    made = stores_made(monkeypatch, partial.partial_trace(lambda t: eg.apply(op, t)), x)
+    assert made == [None] and not (cache_dir / "segments").exists()
+    np.testing.assert_allclose(x.grad.numpy(), np.full(X.shape, 5.0))
