@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools as ft
 import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -11,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import ragged_forms
+from .context import current
 from .errors import OpTypeError
 from .op_errors import bad_argument, check_range, checked_shape
+from .ops.persistent import Kept
 from .tensors import Tensor, constant, to_array
 
 if TYPE_CHECKING:
@@ -58,10 +61,31 @@ def _filled(shape: Any, value: Any, dtype: DTypeLike, device: DeviceLike) -> Ten
     checked = checked_shape(shape, dtype)
 
     def make(storage: tuple) -> Tensor:
-        return Tensor(constant(lambda: jnp.full(storage, value, np.dtype(dtype))), device=device)
+        return Tensor(constant(lambda: _full_array(storage, value, np.dtype(dtype))),
+                      device=device)
 
     out = ragged_forms.made(shape, lambda storage: make(checked_shape(storage, dtype)))
     return make(checked) if out is None else out
+
+
+def _full_array(shape: tuple, value: Any, dtype: np.dtype) -> Any:
+    """`jnp.full(shape, value, dtype)`; outside a trace, for a scalar `value`, through a
+    program kept on disk with the persistent cache (jax would lower its own each process)."""
+    if current() is not None or not _scalar(value):
+        return jnp.full(shape, value, dtype)
+    return _full_program(tuple(operator.index(d) for d in shape), dtype.name)(value)
+
+
+@ft.lru_cache(maxsize=1024)
+def _full_program(shape: tuple, dtype: str) -> Kept:
+    return Kept("full", lambda value: jnp.full(shape, value, np.dtype(dtype)), (shape, dtype))
+
+
+def _scalar(value: Any) -> bool:
+    """A value a program can take as an argument and fill with as `jnp.full` would."""
+    if type(value) is int:
+        return -(2 ** 31) <= value < 2 ** 31
+    return type(value) in (bool, float) or isinstance(value, np.generic)
 
 
 def _placement(t: Tensor) -> Any:
@@ -89,8 +113,24 @@ def arange(start: float = 0, stop: float | None = None, step: float = 1,
     if stop is None:
         start, stop = 0, start
     check_range(start, stop, step, dtype)
-    return Tensor(constant(lambda: jnp.arange(start, stop, step, dtype=np.dtype(dtype))),
+    return Tensor(constant(lambda: _arange_array(start, stop, step, np.dtype(dtype))),
                   device=device)
+
+
+def _arange_array(start: Any, stop: Any, step: Any, dtype: np.dtype) -> Any:
+    """`jnp.arange`; outside a trace, for plain numbers, through a program kept on disk with
+    the persistent cache."""
+    bounds = (start, stop, step)
+    if current() is not None or not all(type(v) in (int, float) for v in bounds):
+        return jnp.arange(start, stop, step, dtype=dtype)
+    return _arange_program(bounds, dtype.name)()
+
+
+@ft.lru_cache(maxsize=1024)
+def _arange_program(bounds: tuple, dtype: str) -> Kept:
+    start, stop, step = bounds
+    return Kept("arange", lambda: jnp.arange(start, stop, step, dtype=np.dtype(dtype)),
+                (bounds, dtype))
 
 
 def linspace(start: float, stop: float, num: int, dtype: DTypeLike = "float32",

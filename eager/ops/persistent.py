@@ -88,6 +88,24 @@ def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict 
     return Persistent(jitted, plain, program, f"jit({name})")
 
 
+class Kept:
+    """`jax.jit(fn)` for a program eager runs outside its ops (a filled or ranged array), kept
+    on disk like an op's when the cache is on at its first call. `name` and the plain values
+    `key` name the program: `fn` must be this package's code and depend on nothing else."""
+
+    __slots__ = ("fn", "name", "key", "call")
+
+    def __init__(self, name: str, fn: Callable, key: tuple):
+        self.fn, self.name, self.key = fn, name, key
+        self.call: Callable | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.call is None:
+            plain = jax.jit(self.fn)
+            self.call = wrap(self.fn, plain, ("eager." + self.name,), self.key, None, ()) or plain
+        return self.call(*args)
+
+
 class Persistent:
     """A jitted op whose executables, per abstract signature of the arguments (and jax's trace
     settings), come from disk when present. Calls inside a trace, or with arguments it cannot

@@ -241,3 +241,23 @@ def test_a_second_process_trains_bit_for_bit_as_the_first(tmp_path):
     *second, second_loads = runs[1].stdout.split()
     assert stored > 10 and int(first_loads) == 0 and int(second_loads) == stored
     assert first == second
+
+
+def test_filled_and_ranged_tensors_load_their_programs_as_ops_do(cache, events):
+    """`eg.full`, `eg.zeros`, `eg.arange` run programs of their own outside any op: a new
+    process loads them by their shape, dtype and bounds, and the values are numpy's."""
+    from eager import creation
+
+    made = []
+    for _ in range(2):  # each time what a new process has: no program objects yet
+        creation._full_program.cache_clear()
+        creation._arange_program.cache_clear()
+        events.clear()
+        made.append([eg.full((2, 3), 1.5).numpy(), eg.zeros((4,), "int32").numpy(),
+                     eg.full((2,), True, "bool").numpy(), eg.arange(1, 7, 2).numpy()])
+    assert events.get(P.HIT_EVENT) == 4 and TRACE not in events
+    for got, want in zip(made[1], [np.full((2, 3), 1.5, "float32"), np.zeros(4, "int32"),
+                                   np.ones(2, bool), np.arange(1, 7, 2, dtype="float32")]):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+    np.testing.assert_array_equal(made[0][3], made[1][3])
