@@ -91,7 +91,7 @@ def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool,
     modules = _guarded_modules(cap, call)
     state = _state_tensors(modules, cap.optimizers.values(), call)
     return Program(
-        jaxpr=closed.jaxpr, consts=consts, n_args=n, in_avals=in_avals, sources=sources,
+        jaxpr=_bare(closed.jaxpr), consts=consts, n_args=n, in_avals=in_avals, sources=sources,
         n_results=len(cap.results), deps=deps, writes=cap.writes,
         out_treedef=cap.out_treedef, out_leaves=cap.out_leaves,
         modules=[(weakref.ref(m), frozenset(name for (mid, name) in cap.attr_outputs
@@ -105,6 +105,14 @@ def build_program(cap: Any, closed: Any, call: Call, capture_as_const: bool,
         per_rank=(PerRank(dist.rank_mesh(), dist.RANK_AXIS)
                   if uses_axis(closed.jaxpr, dist.RANK_AXIS) else None),
     )
+
+
+def _bare(jaxpr: Any) -> Any:
+    """`jaxpr` without the constant values jax 0.12 keeps inside it (`Jaxpr.consts`; 0.10 has
+    none): the program passes them itself, and holding them kept the capture's arrays alive,
+    the lifted parameters and optimizer state among them, shared with the first call, which
+    then copied each one it would donate (and the copies stayed for the program's life)."""
+    return jaxpr.replace(consts=[]) if getattr(jaxpr, "consts", None) else jaxpr
 
 
 def uses_axis(jaxpr: Any, axis: str) -> bool:

@@ -273,8 +273,11 @@ def test_tensors_made_from_plain_values_before_the_break_are_handed_over(compile
 
         return World(step, modules=[net], optimizers=[opt], traced=[f])
 
+    # The loss grows: by step 2 outputs reach 270, and jax 0.12's compiled update rounds
+    # differently from eager's (8e-5 on an element near 3 that cancels large terms: 3e-7 of the
+    # outputs' scale), so the absolute tolerance follows that scale.
     with caplog.at_level(logging.WARNING, logger="partial"):
-        check_against_eager(build, steps=3, compile=compile)
+        check_against_eager(build, steps=3, compile=compile, atol=1e-4)
     assert "ran twice" not in caplog.text
 
 
