@@ -15,6 +15,7 @@ Like jax's cache, the directory is trusted: keep it private.
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import hashlib
 import importlib.metadata
 import os
@@ -29,7 +30,7 @@ from typing import Any
 import jax
 from jax.experimental import serialize_executable
 
-_FORMAT = 2  # bump when what a file holds changes
+_FORMAT = 3  # bump when what a file holds changes
 
 
 def folder(name: str) -> str | None:
@@ -123,6 +124,23 @@ def write(path: Path, text: str, compiled: Any, extra: Any = None) -> None:
     except Exception:  # noqa: BLE001 - e.g. a read-only or full disk: keep running
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _pickle_auto_layout_by_name() -> None:
+    """jax 0.12 pickles its `AutoLayout` singleton by value, so an executable read back
+    returns arrays whose abstract value holds a second `AutoLayout`, equal to no other: jax's
+    jit caches and this project's keys then took them for new avals and compiled again (a
+    stretch after eager ops loaded from here). Pickled by name, it is the singleton again."""
+    try:
+        from jax._src import layout
+    except ImportError:  # another jax: nothing to mend
+        return
+    auto = getattr(layout, "AutoLayout", None)
+    if auto is not None and not isinstance(auto, type):
+        copyreg.pickle(type(auto), lambda _: "AutoLayout")
+
+
+_pickle_auto_layout_by_name()
 
 
 class _JaxHits(threading.local):

@@ -69,14 +69,8 @@ def _placement_matters() -> bool:
 
 def tensor_spec(a: Any) -> Any:
     """What the key records of a tensor argument's array: its abstract value (shape, dtype,
-    weak type) and, where tensors can live on different devices, its placement. Not jax
-    0.12's layout field of the abstract value: the same array made by a jitted function and
-    by a compiled executable (an eager op loaded from the persistent cache) differ there, and
-    a stretch or call would compile again for nothing."""
-    aval = a.aval
-    if getattr(aval, "layout", None) is not None:
-        aval = aval.update(layout=None)
-    return (aval, a.sharding) if _placement_matters() else aval
+    weak type) and, where tensors can live on different devices, its placement."""
+    return (a.aval, a.sharding) if _placement_matters() else a.aval
 
 
 def function_token(fn: Any) -> tuple:

@@ -261,3 +261,14 @@ def test_filled_and_ranged_tensors_load_their_programs_as_ops_do(cache, events):
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype
     np.testing.assert_array_equal(made[0][3], made[1][3])
+
+
+def test_a_loaded_programs_results_have_the_abstract_values_of_any_other(cache, events):
+    """jax 0.12 read back its layout singleton as a second object, so arrays from a loaded
+    program had abstract values equal to no other array's: every key built on them missed."""
+    x, y = eg.tensor(np.arange(6, dtype=np.float32)), eg.tensor(np.ones(6, np.float32))
+    run(fresh_op(), x, y)
+    events.clear()
+    loaded = eg.apply(fresh_op(), x, y, a=2.0)
+    assert events.get(P.HIT_EVENT) == 1
+    assert eg.read(loaded).aval == jnp.zeros(6, jnp.float32).aval
