@@ -45,7 +45,7 @@ from .messages import backward_in_partial_trace, function_in_region, value_read_
 from .op_log import OpLog
 from .outputs import Outputs
 from .program import Program, build_program
-from .rollback import Snapshots, invalidate_unfinished
+from .rollback import Snapshots, current_trace, invalidate_unfinished, release_trace
 from .sources import GradSlot, Hyper, Lifted, Source
 
 hooks = eg.hooks
@@ -366,9 +366,13 @@ def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
         for t, a in zip(call.tensors, arg_arrays):
             cap.add_argument(t, a)
         hooks.set_tape_state((1, 0) if differentiable else (0, 0))
+        trace = current_trace()
         try:
             with hooks.capturing(cap):
                 out = _run(cap, fn, args, kwargs)
+        except BaseException:  # a break handed over or found, or an error
+            release_trace(trace)
+            raise
         finally:
             hooks.set_tape_state(saved_tape)
             if cap.eval_context is not None:

@@ -1,7 +1,8 @@
 """Putting a failed region back, written once for both engines (the capture and the lazy
 recorder): the tensors it changed get their old storage, history and `.grad` again
-(`Snapshots`), and the tensors it made that never received a value raise on use
-(`invalidate`)."""
+(`Snapshots`), the tensors it made that never received a value raise on use
+(`invalidate`), and a capture that ended in an exception lets go of its jax trace
+(`release_trace`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,29 @@ from eager.hooks import describe_location, user_location
 from .errors import InvalidTensorError
 
 hooks = eg.hooks
+
+try:  # the trace `jax.make_jaxpr` is running; jax has no public name for it
+    from jax._src.core import trace_ctx as _trace_ctx
+except ImportError:  # another jax: nothing to release by hand
+    _trace_ctx = None  # type: ignore[assignment]
+
+
+def current_trace() -> Any:
+    """The jax trace running now (inside `jax.make_jaxpr`: its jaxpr trace), or None."""
+    return None if _trace_ctx is None else _trace_ctx.trace
+
+
+def release_trace(trace: Any) -> None:
+    """Let go of what the jaxpr trace `trace` holds, after the function it traced raised.
+
+    jax clears a trace's frame when `make_jaxpr` returns but not when the function raises:
+    the frame's equations hold its tracers, each constant tracer's finalizer holds the trace,
+    and so the frame, with every array the capture lifted, stays alive for the whole process.
+    A region that breaks on its first call would keep its parameters' old arrays (and make
+    the donating optimizer update copy each of them)."""
+    invalidate = getattr(trace, "invalidate", None)
+    if invalidate is not None and type(trace).__name__ == "DynamicJaxprTrace":
+        invalidate()
 
 
 class Snapshots(dict):

@@ -78,6 +78,10 @@ class WholeRegion:
                 "engine, so this first call runs again from the start with graph breaks: its "
                 "Python before the break ran twice in this call (once from now on).",
                 s.kind, self.name, first, found.why)
+            program = None
+        if program is None:
+            # Outside the handler, so that an error of this call is not shown as raised while
+            # handling BreakFound, and the failed capture's frames are not kept while it runs.
             return self._switch_to_breaks(first).call(fn, args, kwargs)
         entry = Entry(call.key, program, call, self.name, differentiable=s.differentiable,
                       donate=s.donate, deaths=cache.deaths, finisher=self.finisher,

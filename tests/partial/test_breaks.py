@@ -2,6 +2,9 @@
 region into compiled segments around eager code. Every run is checked against the same code run
 eagerly: outputs, parameters, `.grad`, buffers, optimizer state and the RNG key."""
 
+import gc
+import weakref
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -586,3 +589,28 @@ def test_code_before_an_exclude_block_runs_once_per_call(make):
         np.testing.assert_allclose(f(eg.full((2,), float(i))).numpy(), [2.0 * (i + 1)] * 2)
     assert log == [2.0, 4.0, 6.0]
     assert len(before) == 3, f"the Python before the block ran {len(before)} times in 3 calls"
+
+
+@pytest.mark.parametrize("ends", ["with a break", "with an error"])
+def test_a_capture_that_raises_lets_go_of_the_arrays_it_lifted(ends):
+    """A capture leaves `jax.make_jaxpr` by an exception when the region breaks (the rest of
+    the call runs lazily) or fails; jax keeps such a trace, and every array lifted into it,
+    for good unless the capture releases it. The parameter's old array must die once the
+    parameter holds another."""
+    w = eg.Parameter(np.ones((3, 3), np.float32))
+    old = weakref.ref(eg.read(w))
+
+    @partial_trace(graph_breaks=True)
+    def f(x):
+        y = F.matmul(x, w)
+        if ends == "with an error":
+            raise KeyError("the region's own error")
+        return y * 2 if y.sum() > 0 else y
+
+    try:
+        f(eg.ones((2, 3)))
+    except KeyError:
+        assert ends == "with an error"
+    w.set_value(np.zeros((3, 3), np.float32))
+    gc.collect()
+    assert old() is None
