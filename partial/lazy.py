@@ -149,6 +149,21 @@ class LazyRun(hooks.CaptureHooks):
             # to its inputs: make the value an input of the next stretch.
             self.flush("a tensor updated in this stretch, differentiated as a leaf",
                        user_location())
+        if op.resizes:
+            return self._alone(op, attrs, inputs, recording)
+        return self._record(op, attrs, inputs, recording)
+
+    def _alone(self, op: Any, attrs: tuple, inputs: Sequence, recording: bool) -> Any:
+        """Record `op` in a stretch of its own (`Op.resizes`): the stretch before it is keyed
+        by its own inputs only, the one after it by its output's size."""
+        why = f"{op.name} (its output is sized from its inputs' lengths)"
+        if self.stretch.records:
+            self.flush(f"before {why}", user_location())
+        out = self._record(op, attrs, inputs, recording)
+        self.flush(why, user_location())
+        return out
+
+    def _record(self, op: Any, attrs: tuple, inputs: Sequence, recording: bool) -> Any:
         st = self.stretch
         descs: list = []
         avals: list = []

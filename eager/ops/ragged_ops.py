@@ -55,7 +55,7 @@ def ragged_edge(n, x):
     return edge(x, n)
 
 
-@defop("ragged_concat")
+@defop("ragged_concat", resizes=True)
 def ragged_concat(*args, parts, rows):
     """The first `parts` arguments are lengths, the rest the storages of as many tensors: their
     logical rows one after another, in storage of `rows` rows (a gather from the storages, so

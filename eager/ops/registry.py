@@ -38,11 +38,16 @@ class Op:
             (row-independent: on the padded storage), "masked" (a reduction over axis 0 whose
             second input is a validity mask), "loss" (a loss with a `reduction`), a function
             `(attrs, ndim) -> one of those or None`, or None: on the exact arrays.
+        resizes: its output's storage is sized from a length read on the host, not from its
+            inputs' storages (a ragged concatenation takes the ladder's rung for the summed
+            length). A region with graph breaks runs it in a stretch of its own, so that the
+            ops after it compile once per output size rather than once per combination of
+            its inputs' sizes, as they do in eager code.
     """
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
                  "_fwd", "_bwd", "donate", "derived", "compiler_options", "ragged",
-                 "ragged_ops", "persist")
+                 "ragged_ops", "persist", "resizes")
 
     def __init__(
         self,
@@ -55,6 +60,7 @@ class Op:
         donate: Callable[..., tuple[int, ...]] | None = None,
         compiler_options: Callable[..., dict] | None = None,
         ragged: str | Callable[[dict, int], str | None] | None = None,
+        resizes: bool = False,
     ):
         self.name = name
         self.fwd = fwd
@@ -68,6 +74,7 @@ class Op:
         self.derived: dict[tuple, Op] = {}  # its vjp as an op, for higher-order gradients
         self.compiler_options = compiler_options
         self.ragged = ragged
+        self.resizes = resizes
         self.ragged_ops: dict[str, Op] = {}  # its variants on ragged storage (eager/ragged.py)
         # what names its programs in the on-disk cache (`persistent.py`); None: not kept there
         self.persist: tuple | None = None

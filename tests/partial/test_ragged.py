@@ -235,3 +235,44 @@ def test_counts_at_the_edges(count):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(w.grad.numpy(), gw, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture
+def ladder():
+    """Selections at the ladder's capacities, their counts read on the host (as from a
+    source larger than `small_source`)."""
+    eg.set_ragged_buckets(2.0, small_source=0)
+    yield
+    eg.set_ragged_buckets(2.0)
+
+
+def test_ops_after_a_concatenation_of_selections_compile_per_its_size_not_per_split(ladder):
+    """A concatenation of two selections, then a layer: with graph breaks, the layer's stretch
+    compiles once for the concatenation's capacity (16), however the rows split between the
+    parts (capacities 4 + 16, then 16 + 4), as in eager code; the values equal eager's."""
+    w = eg.Parameter(np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4))
+
+    def head(x):
+        both = F.concat([x[x[:, 0] > 0], x[x[:, 1] > 0]])
+        return (F.relu(F.matmul(both, w)) ** 2).sum()
+
+    traced = partial_trace(head, graph_breaks=True)
+    rows = np.arange(1.0, 13.0, dtype=np.float32)[:, None]
+    for first, second in ((3, 9), (9, 3)):
+        x = np.concatenate([rows, rows, rows], axis=1)
+        x[first:, 0] *= -1
+        x[second:, 1] *= -1
+        gm = GradManager().attach([w])
+        with gm:
+            got = traced(eg.tensor(x))
+            gm.backward(got)
+        grad, w.grad = w.grad.numpy(), None
+        with gm:
+            want = head(eg.tensor(x))
+            gm.backward(want)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(grad, w.grad.numpy(), rtol=1e-6)
+        w.grad = None
+    report = traced.explain()
+    assert "ragged_concat (its output is sized from its inputs' lengths)" in report
+    assert "4 ops (cached), then the end of the region" in report, report
