@@ -14,6 +14,11 @@ backward, a `custom_jvp`'s rule, a host callback): a region is kept only when ea
 defined in jax or in this project (their code is in the key) and whatever it closes over is a
 plain value or an array (put in the key). Anything else, a per-rank region, or a process with
 more than one device, compiles as it does with the cache off.
+
+A region with graph breaks runs lazily recorded stretches of ops (`lazy.py`), each a segment
+whose function replays the records: such a stretch is described by its records (each op's
+name, static attributes and where its inputs come from), under the same rule for the functions
+behind each op and in its attributes.
 """
 
 from __future__ import annotations
@@ -182,3 +187,27 @@ def for_program(program: Any) -> SegmentStore | None:
         return None
     description = describe(program.jaxpr, program.consts, program.n_args)
     return None if description is None else SegmentStore(description)
+
+
+def for_stretch(records: list, layout: tuple) -> SegmentStore | None:
+    """The store of the segment replaying a lazily recorded stretch, or None: the cache is
+    off, or an op's function or attributes hold something its name and values cannot say.
+    `records` are the stretch's (op, attributes, input descriptors, recorded); `layout` is
+    every other value the replay depends on (outputs, gradient cuts, options), plain."""
+    if store.folder(_SUBDIR) is None or not store.one_device() or not _plain(layout):
+        return None
+    extra: list = []
+    ops: dict[str, Any] = {}
+    for op, attrs, *_ in records:
+        known = ops.get(op.name)
+        if known is None:
+            ops[op.name] = op
+            if not _walk_value(op.fwd, extra, {}, 0):
+                return None
+        elif known is not op:  # two ops of one name: the name does not say which
+            return None
+        if not _walk_value(attrs, extra, {}, 0):
+            return None
+    text = [(op.name, attrs, descs, recorded, op.differentiable, op.multi_output)
+            for op, attrs, descs, recorded in records]
+    return SegmentStore(repr((text, layout, extra)))

@@ -60,8 +60,8 @@ def run(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedP
                           env={**clean, **(env or {})}, capture_output=True, text=True, timeout=120)
 
 
-def step_events(*args: str, env: dict | None = None) -> dict:
-    done = run(STEP, *args, env=env)
+def step_events(*args: str, env: dict | None = None, code: str = STEP) -> dict:
+    done = run(code, *args, env=env)
     assert done.returncode == 0, done.stderr
     return {k.removeprefix(PREFIX): v for k, v in json.loads(done.stdout.splitlines()[-1]).items()}
 
@@ -89,6 +89,28 @@ def test_a_second_process_loads_the_step_from_the_cache(tmp_path):
     # every eager op and both segment executables are loaded without tracing
     assert second[EAGER_HITS] == len(eager_ops)
     assert second[SEGMENT_HITS] == 2
+    assert (second["loss"], second["weight"]) == (first["loss"], first["weight"])
+
+
+# The same step with the Linear inside a region that breaks on a value read: run lazily, as
+# stretches whose segments are kept by their records.
+BREAKS = STEP.replace("backbone = partial.partial_trace(net)", """
+def forward(x):
+    h = net(x)
+    if h.sum() > -1e9:  # a value read: a break
+        h = h * 2
+    return eg.functional.exp(h)
+backbone = partial.partial_trace(forward, graph_breaks=True)""")
+
+
+def test_a_second_process_loads_the_stretches_of_a_region_with_breaks(tmp_path):
+    cache = tmp_path / "cache"
+    first = step_events(str(cache), code=BREAKS)
+    kept = len(list((cache / "segments").iterdir()))
+    assert SEGMENT_HITS not in first and kept == 4  # two stretches: training forward, backward
+    second = step_events(str(cache), code=BREAKS)
+    assert second.get("cache_misses", 0) == 0  # nothing compiled anew
+    assert second[SEGMENT_HITS] == kept  # loaded without tracing
     assert (second["loss"], second["weight"]) == (first["loss"], first["weight"])
 
 
