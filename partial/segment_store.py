@@ -39,7 +39,8 @@ HIT_EVENT = "/partial/segment_cache/hits"  # one per executable loaded (`jax.mon
 _SUBDIR = "segments"
 _PACKAGES = ("eager", "xla_segments", "autograd_bridge", "partial")
 _TRUSTED = ("jax.", "jax", "eager", "xla_segments", "autograd_bridge", "partial")
-_PLAIN = (bool, int, float, complex, str, bytes, type(None), np.dtype, np.generic)
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis), np.dtype,
+          np.generic)
 
 try:  # the settings that shape a trace (x64, matmul precision, ...), as jit's own cache keys them
     from jax._src.config import trace_context as _trace_context
@@ -172,6 +173,8 @@ def _inert(value: Any) -> bool:
 def _plain(value: Any) -> bool:
     if isinstance(value, (tuple, list, frozenset)):
         return all(_plain(v) for v in value)
+    if isinstance(value, slice):
+        return _plain((value.start, value.stop, value.step))
     return isinstance(value, _PLAIN)
 
 

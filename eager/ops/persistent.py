@@ -45,7 +45,7 @@ from ..context import current
 HIT_EVENT = "/eager/persistent_cache/hits"
 LOAD_EVENT = "/eager/persistent_cache/load_duration"
 _SUBDIR = "eager-ops"
-_PLAIN = (bool, int, float, complex, str, type(None), np.dtype, enum.Enum)
+_PLAIN = (bool, int, float, complex, str, type(None), type(Ellipsis), np.dtype, enum.Enum)
 _SCALARS = (bool, int, float, complex)
 _ARRAY: list[type] = []  # jax's concrete array type, found at the first wrap (the backend is up)
 

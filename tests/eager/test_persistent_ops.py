@@ -154,6 +154,13 @@ def test_what_cannot_be_keyed_runs_through_the_plain_jit(cache):
     assert len(list(cache.iterdir())) == 1
 
 
+def test_an_attribute_holding_an_ellipsis_is_keyed(cache):
+    """`x[..., :2]` gives getitem the spec `(Ellipsis, ("slice", None, 2, None))`: `...`
+    is one object, whose repr says all of it."""
+    spec = (Ellipsis, ("slice", None, 2, None))
+    assert isinstance(fresh_op().jitted((("a", spec),)), P.Persistent)
+
+
 def test_a_first_wrap_inside_a_trace_keys_concrete_arrays_only(cache, monkeypatch):
     """The wrapper learns jax's array type at its first use; made in a trace, a constant is a
     tracer (the GPU run met this: every later traced call went to a compiled executable)."""

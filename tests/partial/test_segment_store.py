@@ -136,3 +136,23 @@ def test_a_region_with_a_users_gradient_rule_is_not_stored(cache_dir, monkeypatc
     made = stores_made(monkeypatch, partial.partial_trace(lambda t: eg.apply(op, t)), x)
     assert made == [None] and not (cache_dir / "segments").exists()
     np.testing.assert_allclose(x.grad.numpy(), np.full(X.shape, 5.0))
+
+
+def test_a_stretch_is_kept_by_its_records_unless_an_op_is_user_code(cache_dir):
+    """A lazily recorded stretch (`lazy.py`) is described by its records: the ops' names,
+    attributes (`...` and slices included) and inputs; an op whose function is the user's,
+    or two ops of one name, keep it out."""
+    getitem = eg.ops.OPS["getitem"]
+    spec = (("spec", (Ellipsis, ("slice", None, 2, None))),)
+    records = [(getitem, spec, ((1, 0),), False)]
+    layout = ((1,), [True], (0,), True)
+    kept = segment_store.for_stretch(records, layout)
+    assert isinstance(kept, SegmentStore) and "getitem" in kept.description
+    other = (("spec", (Ellipsis, ("slice", None, 3, None))),)
+    assert segment_store.for_stretch([(getitem, other, ((1, 0),), False)],
+                                     layout).description != kept.description
+    user = eg.Op("scaled_by_five", lambda x: x * 5)
+    assert segment_store.for_stretch([(user, (), ((1, 0),), False)], layout) is None
+    twin = eg.Op("getitem", getitem.fwd)
+    assert segment_store.for_stretch(records + [(twin, spec, ((1, 0),), False)],
+                                     ((1, 1), [True, True], (1,), True)) is None
