@@ -130,9 +130,12 @@ class Plan:
         """What tracer `a` is: ("value", (index, history, diff), cut) for an op's output,
         ("argument", tensor, cut) for an argument's, ("constant", array, cut) for a tensor
         made from plain values (`eg.zeros`); `cut` when reached through a gradient cut
-        (`detach()`). None when the log does not know it."""
+        (`detach()`), and ("constant", array, True) for the cut of a real array (a lifted
+        tensor's, detached: a frozen BatchNorm's weight). None when the log does not know it."""
         cut = False
         while a is not None:
+            if cut and not isinstance(a, _Tracer):
+                return ("constant", a, cut)
             if (v := self.values.get(id(a))) is not None:
                 return ("value", v, cut)
             if (arg := self.cap.arg_tracers.get(id(a))) is not None:

@@ -239,10 +239,15 @@ class LazyRun(hooks.CaptureHooks):
             self.constants[id(t)] = weakref.ref(t)
 
     def rebind(self, t: Any, value: Any) -> None:
-        if type(_data(t)) is not Pending:
-            self.saved.save(t)
+        if type(_data(t)) is not Pending and not self._made_here(t):
+            self.saved.save(t)  # (held until the call ends: a tensor made here would be output)
         if type(value) is Pending:
             self.stretch.holders.append(weakref.ref(t))
+
+    def _made_here(self, t: Any) -> bool:
+        """Whether `t` was made in this call (so a failure has nothing of it to put back)."""
+        ref = self.constants.get(id(t))
+        return ref is not None and ref() is t
 
     def grad_write(self, owner: Any, value: Any) -> None:
         self.saved.save(owner)
@@ -322,10 +327,10 @@ def _leaf_of_pending(x: Any) -> bool:
 
 def _holders(st: Stretch) -> tuple[list, tuple]:
     """The live tensors holding a placeholder, with the output position of its value and
-    whether they carry its gradient history; and the values to output, in order."""
-    holders = []
-    out_pos: dict[int, int] = {}
-    outputs: list[int] = []
+    whether they carry its gradient history; and the values to output, in the order they
+    were computed (whatever order the tensors were found in: a stretch handed over by a
+    capture is then the same piece as the one recorded lazily on the next call)."""
+    found = []
     seen: set[int] = set()
     for ref in st.holders:
         t = ref()
@@ -335,12 +340,10 @@ def _holders(st: Stretch) -> tuple[list, tuple]:
         if type(a) is not Pending:
             continue
         seen.add(id(t))
-        pos = out_pos.get(a.index)
-        if pos is None:
-            pos = out_pos[a.index] = len(outputs)
-            outputs.append(a.index)
-        holders.append((t, pos, _history(t)[0] is a))
-    return holders, tuple(outputs)
+        found.append((t, a.index, _history(t)[0] is a))
+    outputs = tuple(sorted({index for _, index, _ in found}))
+    position = {index: k for k, index in enumerate(outputs)}
+    return [(t, position[index], attached) for t, index, attached in found], outputs
 
 
 def _parent(t: Any, node: Any, out_idx: int, array: Any) -> Any:

@@ -281,6 +281,47 @@ def test_tensors_made_from_plain_values_before_the_break_are_handed_over(compile
     assert "ran twice" not in caplog.text
 
 
+def test_a_frozen_batchnorm_is_handed_over_and_later_calls_reuse_its_stretch(caplog):
+    """A frozen BatchNorm (MegEngine's `freeze=True`, a detector backbone's) normalizes with
+    `weight.detach()`: the cut of a lifted parameter's real array, which the handover takes as
+    the stretch's input. A tensor made in the region and then written into (an image padded
+    by `setitem`) is not an output of the stretch, so the second call, recorded lazily, is
+    the same piece as the handed-over first one: nothing compiles again."""
+    def build(wrap):
+        net = M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4, freeze=True), M.ReLU())
+        log = []
+
+        def pad(x):
+            padded = eg.zeros((2, 3, 10, 10))
+            padded[:, :, :8, :8] = x
+            return padded
+
+        def region(x):
+            h = net(pad(x))  # the padded image is gone by the break
+            log.append(bool(h.mean() > 0))  # a value read: the break
+            return h * 2
+
+        f = wrap(region)
+        gm = GradManager().attach(net.parameters())
+        opt = optim.SGD(net.parameters(), lr=0.1)
+
+        def step(i):
+            x = eg.tensor(np.random.default_rng(i).normal(size=(2, 3, 8, 8)).astype("float32"))
+            with gm:
+                out = f(x)
+                gm.backward((out * out).mean())
+            opt.step().clear_grad()
+            return out, list(log)
+
+        return World(step, modules=[net], optimizers=[opt], traced=[f])
+
+    with caplog.at_level(logging.WARNING, logger="partial"):
+        world = check_against_eager(build, steps=3, compile=partial_trace, graph_breaks=True)
+    assert "ran twice" not in caplog.text
+    info = world.traced[0].cache_info()
+    assert info.captures == 2 and info.segments == 2, info  # the stretches of the first call
+
+
 def test_a_capture_that_cannot_be_handed_over_runs_the_call_again_lazily(monkeypatch, caplog):
     """The fallback for a log the handover cannot describe: the call starts again with graph
     breaks, says that its Python before the break ran twice, and matches eager."""
