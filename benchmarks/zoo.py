@@ -30,10 +30,11 @@ import time
 from .zoo_models import MODELS
 
 # The modes of each model here, the last one the documented best (see docs/guide.md).
-MODES = {"resnet18": ("eager", "step", "backbone"), "faster_rcnn": ("eager", "backbone")}
-ONE_STAGE = ("eager", "backbone", "head")
+MODES = {"resnet18": ("eager", "step", "backbone"),
+         "faster_rcnn": ("eager", "backbone", "breaks")}
+ONE_STAGE = ("eager", "backbone", "head", "breaks")
 LABELS = {"eager": "eager", "backbone": "backbone compiled", "head": "backbone + head compiled",
-          "step": "whole step (xla_trace)"}
+          "breaks": "forward with graph breaks", "step": "whole step (xla_trace)"}
 
 
 def worker(side: str, name: str, mode: str, steps: int) -> dict:

@@ -46,8 +46,10 @@ def project_step(name: str, mode: str) -> Callable[[], float]:
     """A function running one training step of zoo model `name` here and returning its loss.
 
     Modes: "eager"; "backbone" (`model.backbone` under `partial_trace`; ResNet-18: the whole
-    model); "head" (backbone and box head under `partial_trace`, one-stage detectors); "step"
-    (ResNet-18: the whole step, optimizer included, under `xla_trace`).
+    model); "head" (backbone and box head under `partial_trace`, one-stage detectors); "breaks"
+    (the detector's whole forward, losses included, under `partial_trace(graph_breaks=True)`:
+    compiled stretches between its value reads); "step" (ResNet-18: the whole step, optimizer
+    included, under `xla_trace`).
     """
     zoo = os.environ.get("MEGENGINE_MODELS")
     if not zoo:
@@ -71,6 +73,8 @@ def project_step(name: str, mode: str) -> Callable[[], float]:
             model.backbone = partial.partial_trace(model.backbone)
     if mode == "head":
         model.head = partial.partial_trace(model.head)
+    if mode == "breaks":
+        model = partial.partial_trace(model, graph_breaks=True)
     gm = GradManager().attach(trained)
     opt = SGD(trained, lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     data = {k: megengine.tensor(v) for k, v in inputs(name).items()}
