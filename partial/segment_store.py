@@ -54,6 +54,10 @@ class SegmentStore:
     def __init__(self, description: str):
         self.description = description
         self._misses: dict[str, int] = {}  # text -> jax's cache hits at the miss (this thread)
+        # in the compiled functions' names: after an upgrade of these packages jax's own cache
+        # holds no executable of theirs, which this store could not keep (`save`)
+        environment = store.environment(_PACKAGES).encode()
+        self.tag = "_" + hashlib.sha256(environment).hexdigest()[:8]
 
     def _where(self, text: str) -> tuple[Any, str] | None:
         folder = store.folder(_SUBDIR)

@@ -34,7 +34,13 @@ from .residuals import slim
 class Store(Protocol):
     """Where a segment's executables are kept between processes, by a text that describes
     the executable fully (the kind, the gradient signature, the abstract inputs and the
-    options; the store adds the description of the function it was made for)."""
+    options; the store adds the description of the function it was made for).
+
+    `tag` ends the compiled functions' names (so jax's own persistent cache, which keys a
+    program by its text, names included, tells apart what two versions of the store's world
+    compiled: a store can only keep an executable compiled anew, not one jax loaded)."""
+
+    tag: str
 
     def load(self, text: str) -> tuple[Any, dict] | None:
         """The `jax.stages.Compiled` kept for `text` and its XLA options, or None."""
@@ -170,7 +176,7 @@ class Segment:
         def forward(*inputs: Any) -> tuple:
             return tuple(fn(*inputs))
 
-        forward.__name__ = f"{self.name}_forward"
+        forward.__name__ = f"{self.name}_forward{self._tag}"
         opts = self.options
         jit_args: dict[str, Any] = {"donate_argnums": opts.donate}
         if opts.in_shardings is not None:
@@ -178,6 +184,10 @@ class Segment:
         if opts.out_shardings is not None:
             jit_args["out_shardings"] = opts.out_shardings
         return self._local(_compile("forward", forward, self._avals, opts, jit_args))
+
+    @property
+    def _tag(self) -> str:
+        return "" if self.store is None else self.store.tag
 
     def _text(self, kind: str, signature: tuple = ()) -> str | None:
         """What `store` keeps the executable of `kind` under, besides the function; None when
@@ -230,7 +240,7 @@ class Segment:
         compiled."""
         fwd = _vjp_forward(_rematerialized(self._function(), self.options), *key)
         fwd, rebuild = slim(fwd, self._avals, key[1])
-        fwd.__name__ = f"{self.name}_forward_vjp"
+        fwd.__name__ = f"{self.name}_forward_vjp{self._tag}"
         fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
         # Shapes from the lowering, placements from the executable (where outputs land).
         placed = jax.tree.map(
@@ -247,7 +257,7 @@ class Segment:
             return tuple(g if s is None else jax.lax.with_sharding_constraint(g, s)
                          for g, s in zip(grads, layouts))
 
-        backward.__name__ = f"{self.name}_backward"
+        backward.__name__ = f"{self.name}_backward{self._tag}"
         bwd_exe = _compile("backward", backward, (res, cts), self.options)
         return self._local(fwd_exe), self._local(bwd_exe, *key)
 

@@ -54,6 +54,8 @@ def test_baked_constants_are_keyed_by_value():
 
 
 class DictStore:
+    tag = "_v7"
+
     def __init__(self):
         self.kept, self.loads = {}, 0
 
@@ -90,6 +92,8 @@ def test_a_segment_loads_its_executables_without_tracing_and_computes_the_same()
     np.testing.assert_array_equal(bwd2(res2, (jnp.ones((2, 4)), jnp.float32(1.0)))[0], grads[0])
     assert calls == [] and store.loads == 3  # nothing traced
     assert "tanh" in loaded.forward().as_text()  # lowered again only when asked
+    # the store's tag is in the programs' names: jax's own cache keys them by it
+    assert "_forward_v7" in built.forward().as_text()
     assert loaded.forward().compiler_options == built.forward().compiler_options
 
 
