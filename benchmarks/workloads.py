@@ -397,7 +397,8 @@ class EagerRunner(Runner):
         return loss
 
     def sync(self, loss: Any) -> None:
-        jax.block_until_ready((eg.read(loss), [eg.read(t) for t in self._state]))
+        # hooks.data, not eg.read: a raw array handed out is copied, not donated, by the next step
+        jax.block_until_ready((eg.hooks.data(loss), [eg.hooks.data(t) for t in self._state]))
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return dict(self.model.state_dict())

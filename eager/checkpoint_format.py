@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import CheckpointError
-from .tensors import Tensor
+from .tensors import Tensor, made
 
 FORMAT = "eager-checkpoint"
 VERSION = 1
@@ -238,7 +238,7 @@ class _Decoder:
         self.used.add(index)
         a = self.arrays[index]
         if kind == "tensor":
-            return Tensor(jnp.asarray(a))
+            return made(jnp.asarray(a))
         if kind == "ndarray":
             return a
         if a.ndim:

@@ -16,7 +16,7 @@ from .context import current
 from .errors import OpTypeError
 from .op_errors import bad_argument, check_range, checked_shape
 from .ops.persistent import Kept
-from .tensors import Tensor, constant, to_array
+from .tensors import Tensor, constant, made, to_array
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
@@ -61,8 +61,8 @@ def _filled(shape: Any, value: Any, dtype: DTypeLike, device: DeviceLike) -> Ten
     checked = checked_shape(shape, dtype)
 
     def make(storage: tuple) -> Tensor:
-        return Tensor(constant(lambda: _full_array(storage, value, np.dtype(dtype))),
-                      device=device)
+        return made(constant(lambda: _full_array(storage, value, np.dtype(dtype))),
+                    device=device)
 
     out = ragged_forms.made(shape, lambda storage: make(checked_shape(storage, dtype)))
     return make(checked) if out is None else out
@@ -113,8 +113,8 @@ def arange(start: float = 0, stop: float | None = None, step: float = 1,
     if stop is None:
         start, stop = 0, start
     check_range(start, stop, step, dtype)
-    return Tensor(constant(lambda: _arange_array(start, stop, step, np.dtype(dtype))),
-                  device=device)
+    return made(constant(lambda: _arange_array(start, stop, step, np.dtype(dtype))),
+                device=device)
 
 
 def _arange_array(start: Any, stop: Any, step: Any, dtype: np.dtype) -> Any:
@@ -149,13 +149,13 @@ def linspace(start: float, stop: float, num: int, dtype: DTypeLike = "float32",
     # in float64 on the host, so that ends and exact steps stay exact; integers truncate
     # toward zero as MegEngine's (and PyTorch's) do
     host = np.linspace(float(start), float(stop), num).astype(np.dtype(dtype))
-    return Tensor(constant(lambda: jnp.asarray(host)), device=device)
+    return made(constant(lambda: jnp.asarray(host)), device=device)
 
 
 def eye(n: int, m: int | None = None, dtype: DTypeLike = "float32",
         device: DeviceLike = None) -> Tensor:
     checked_shape((n, n if m is None else m), dtype)
-    return Tensor(constant(lambda: jnp.eye(n, m, dtype=np.dtype(dtype))), device=device)
+    return made(constant(lambda: jnp.eye(n, m, dtype=np.dtype(dtype))), device=device)
 
 
 def from_dlpack(obj: Any) -> Tensor:

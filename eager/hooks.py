@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import ownership as _ownership
 from . import tape as _tape
 from . import tensors as _tensor
 from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
@@ -33,8 +34,9 @@ from .user_frame import describe_location, short_path, user_location
 
 __all__ = [
     "CaptureHooks", "Finished", "atomic", "bump_epoch", "capturing", "current", "epoch",
-    "hand_over", "wrap", "conv_options", "conv_rewrites",
+    "hand_over", "wrap", "peek", "sole", "conv_options", "conv_rewrites",
     "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
+    "with_grad",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies", "ragged_length",
     "user_location", "describe_location", "short_path",
@@ -42,7 +44,11 @@ __all__ = [
 
 
 # ----- the tape surface -----------------------------------------------------------------------
-wrap = _tensor._wrap  # a Tensor holding an array as it is: no copy, no device move, no history
+# A Tensor holding an array as it is: no copy, no device move, no history. The caller hands the
+# array over (a result it computed): the Tensor is its only holder, whose buffer may be donated.
+wrap = _tensor._wrap
+peek = _tensor.peek  # `eager.read` without handing the array out: for arrays passed on, not kept
+sole = _ownership.sole  # whether a tensor is its array's only holder: its buffer may be donated
 is_recording = _tape.is_recording  # whether an op on a tracked tensor would be recorded now
 differentiable = _tape.differentiable  # whether a dtype carries gradients (bfloat16 too)
 Finished = _tape.Finished  # a leaf's gradient with its manager's callbacks applied
@@ -73,6 +79,10 @@ def make_node(name: str, inputs: Sequence[Any], outputs: Sequence[Any],
                       [(o._data.shape, o._data.dtype) for o in outputs], sparse, op, finish)
     for i, o in enumerate(outputs):
         o._node, o._out_idx = node, i
+    if current() is None:
+        for t in inputs:  # `backward` may keep their arrays until the node is freed
+            if t is not None and t._node is None:
+                _ownership.hold(t, node)
 
 
 def set_history(tensor: Any, node: Any, out_idx: int = 0) -> None:
@@ -88,14 +98,22 @@ def history(tensor: Any) -> tuple[Any, int]:
 
 # ----- what a capture changes on tensors, and puts back ----------------------------------------
 def snapshot(tensor: Any) -> tuple:
-    """What a region may change on `tensor`: storage, gradient history, `.grad`. (Tracking
-    counts are not saved: GradManagers inside a region balance their own.)"""
-    return tensor._data, tensor._node, tensor._out_idx, tensor._grad
+    """What a region may change on `tensor`: storage, gradient history, `.grad`, and who else
+    holds the storage. (Tracking counts are not saved: GradManagers inside a region balance
+    their own.)"""
+    return (tensor._data, tensor._node, tensor._out_idx, tensor._grad,
+            _ownership.record(tensor))
 
 
 def restore(tensor: Any, snap: tuple) -> None:
     """Put back what `snapshot(tensor)` saw."""
-    tensor._data, tensor._node, tensor._out_idx, tensor._grad = snap
+    tensor._data, tensor._node, tensor._out_idx, tensor._grad = snap[:4]
+    _ownership.restore_record(tensor, snap[4])
+
+
+def with_grad(snap: tuple, grad: Any) -> tuple:
+    """`snap` (from `snapshot`) with `.grad` replaced by `grad`."""
+    return (*snap[:3], grad, *snap[4:])
 
 
 def data(tensor: Any) -> Any:
@@ -115,10 +133,13 @@ def deref(refs: Sequence[Callable[[], Any]]) -> tuple[list, list] | None:
 def assign(targets: Sequence[Any], sources: Sequence[Any]) -> None:
     """Give each target (None: skipped) the storage and gradient history of its source: how
     a compiled call writes its results back into the tensors a region updated."""
+    h = current()
     for t, s in zip(targets, sources):
         if t is not None:
-            if (h := current()) is not None:
+            if h is not None:
                 h.rebind(t, s._data)
+            else:
+                _ownership.share(t, s)
             t._data, t._node, t._out_idx = s._data, s._node, s._out_idx
 
 

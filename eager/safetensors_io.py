@@ -13,7 +13,7 @@ import numpy as np
 
 from .checkpoint_format import DTYPES
 from .errors import CheckpointError
-from .tensors import Tensor
+from .tensors import Tensor, made
 
 _CODES = {
     "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -46,7 +46,7 @@ def read(data: bytes) -> dict[str, Tensor]:
             raise CheckpointError(f"tensor {name!r} has the safetensors dtype {info['dtype']}, "
                                   f"which eg.load does not read; it reads {', '.join(_CODES)}")
         a = np.frombuffer(info["data"], dtype.newbyteorder("<")).reshape(info["shape"])
-        out[name] = Tensor(jnp.asarray(a.astype(dtype)))
+        out[name] = made(jnp.asarray(a.astype(dtype)))
     return out
 
 

@@ -88,7 +88,7 @@ class Node:
     """One recorded call. `vjp(cotangents) -> grads`, one grad per parent (None allowed)."""
 
     __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed", "sparse", "op",
-                 "finish")
+                 "finish", "__weakref__")
 
     def __init__(self, name: str, vjp: Callable, parents: Sequence, out_avals: Sequence,
                  sparse: bool = False, op: tuple | None = None,
@@ -110,6 +110,11 @@ class Node:
         # `manager`, where `sole[i]` says that parent i is a leaf this node alone sends a
         # gradient to; the grad of such a leaf may come back as `Finished` (callbacks applied).
         self.finish = finish
+
+    def _holds(self, array: Any) -> bool:
+        """Whether this node may still read the arrays its inputs held when it was recorded
+        (`eager.ownership`): until a backward frees it."""
+        return not self.freed
 
     def __repr__(self) -> str:
         return f"<Node {self.name} #{self.seq}{' freed' if self.freed else ''}>"

@@ -8,7 +8,6 @@ change of a tensor's storage goes through `rebind`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -18,9 +17,9 @@ import numpy as np
 
 from . import amp_policy as _amp
 from . import device as _device
+from . import ownership, tape
 from . import profiling as _profiling
 from . import ragged_dispatch as _ragged
-from . import tape
 from .context import current as _current
 from .errors import OpTypeError
 from .indexing import _axis_arg, _shape_arg, parse_index
@@ -55,16 +54,18 @@ class Tensor(TensorMethods):
 
     # `_len`: None, or the logical length of a ragged axis 0 (an int, an int32 device scalar, or
     # a traced int32 inside a region) whose storage `_data` is padded to a capacity (ragged.py).
+    # `_holders`: who else holds `_data`, which decides whether it may be donated (ownership.py).
     # `__dict__`: user code may hang its own attributes on a tensor (`p.grad_backup = ...`), as
     # MegEngine and PyTorch allow; the dict is only made when one is set.
-    __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "_len", "__weakref__",
-                 "__dict__")
+    __slots__ = ("_data", "_node", "_out_idx", "_tracked", "_grad", "_len", "_holders",
+                 "__weakref__", "__dict__")
     _data: Any  # a jax array; a tracer while a capture reads it
     _node: tape.Node | None
     _out_idx: int
     _tracked: int
     _grad: Tensor | None
     _len: Any
+    _holders: list | None
     __array_priority__ = 1000
     __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
 
@@ -80,8 +81,13 @@ class Tensor(TensorMethods):
         self._tracked = 0
         self._grad = None
         self._len = None
+        self._holders = None
         if (h := _current()) is not None:
             h.created(self)
+        elif isinstance(data, Tensor):  # maybe its array (a cast or a move is a new one)
+            ownership.share(self, data)
+        elif isinstance(data, jax.Array):  # maybe the caller's own buffer
+            ownership.hand_out(self)
 
     # ----- properties -----------------------------------------------------------------------
     @property
@@ -189,7 +195,7 @@ class Tensor(TensorMethods):
         return read(self).__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self) -> Any:
-        return read(self).__dlpack_device__()
+        return peek(self).__dlpack_device__()
 
     def __len__(self) -> int:
         if not self.shape:
@@ -209,15 +215,18 @@ class Tensor(TensorMethods):
 
     __hash__ = object.__hash__
 
+    def _holds(self, array: Any) -> bool:
+        """Whether this tensor holds `array` now: a holder in another tensor's record
+        (`eager.ownership`)."""
+        return ownership.same_buffer(self._data, array)
+
     # ----- conversions ----------------------------------------------------------------------
     def detach(self) -> Tensor:
         """A tensor with the same value and no gradient history."""
         h = _current()
-        if self._len is not None:  # stays ragged: the same storage and length
-            out = _wrap(self._data if h is None else h.untracked(h.read(self)))
-            out._len = self._len
-            return out
-        return _wrap(read(self) if h is None else h.untracked(h.read(self)))
+        out = _wrap_from(self, self._data if h is None else h.untracked(h.read(self)))
+        out._len = self._len  # a ragged tensor stays ragged: the same storage and length
+        return out
 
     def __deepcopy__(self, memo: dict) -> Tensor:
         """`copy.deepcopy`: a tensor of this one's class (a Parameter stays one) holding its value,
@@ -229,19 +238,38 @@ class Tensor(TensorMethods):
             out.__class__ = type(self)  # Parameter: Tensor's slots, nothing more
         return out
 
+    def __copy__(self) -> Tensor:
+        """`copy.copy`: a tensor of this one's class sharing its array, history and attributes."""
+        out = type(self).__new__(type(self))
+        state = self.__getstate__()
+        out.__setstate__(state)
+        if _current() is None:
+            ownership.share(out, self)
+        return out
+
+    def __getstate__(self) -> Any:  # pickles without the ownership record (weak references)
+        attrs, slots = super().__getstate__()  # type: ignore[misc]
+        return attrs, {k: v for k, v in slots.items() if k != "_holders"}
+
+    def __setstate__(self, state: Any) -> None:
+        attrs, slots = state
+        for k, v in {**(attrs or {}), **slots}.items():
+            object.__setattr__(self, k, v)
+        self._holders = None
+
     def astype(self, dtype: DTypeLike) -> Tensor:
         return apply(OPS["astype"], self, dtype=_checked_dtype(dtype))
 
     def _to_device(self, device: Any) -> Tensor:
         """A copy on `device` (a name like "gpu0"), without gradient history; see `to`."""
-        return _wrap(jax.device_put(read(self), _device.parse(device)))
+        return _wrap_from(self, jax.device_put(peek(self), _device.parse(device)))
 
     # ----- for the methods of tensor_methods.py, which cannot import this module ------------
     def _op(self, name: str, *inputs: Any, **attrs: Any) -> Tensor:
         return apply(OPS[name], self, *inputs, **attrs)
 
     def _assign(self, new: Tensor) -> None:
-        rebind(self, new._data, new._node, new._out_idx)
+        rebind(self, new, new._node, new._out_idx)
         self._len = new._len
 
     def set_value(self, value: Any) -> None:
@@ -352,7 +380,20 @@ _ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
 # ----- storage: the one read accessor, the one rebind -------------------------------------------
 def read(t: Tensor) -> Any:
     """The array behind `t`, as an op sees it (a tracer during capture); for a ragged tensor,
-    its exact (logical) array."""
+    its exact (logical) array. The array is handed out: later optimizer updates and `xla_trace`
+    steps copy it rather than donate it (see `eager.ownership`)."""
+    if t._len is not None:
+        return _ragged.exact_array(t)
+    h = _current()
+    if h is not None:
+        return h.read(t)
+    ownership.hand_out(t)
+    return t._data
+
+
+def peek(t: Tensor) -> Any:
+    """`read(t)` for framework code that passes the array on and keeps no reference to it, so
+    that `t`'s buffer may still be donated later."""
     if t._len is not None:
         return _ragged.exact_array(t)
     h = _current()
@@ -365,14 +406,28 @@ def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0, *,
     optimizer updates, BatchNorm statistics, RNG state and loading all go through here.
     A ragged tensor stays ragged: `value` is storage of the same shape.
 
+    `value` is an array, or a Tensor whose storage `t` then shares. An array the caller passes
+    may still be held by the caller, so `t`'s buffer is copied rather than donated until `t`
+    holds an op's result again; a Tensor (a result the caller drops) keeps donation possible.
+
     A tensor laid out over a mesh keeps its layout: a value of the same shape that lies
     otherwise is moved there (an update computed from a sharded gradient leaves a replicated
     parameter replicated). `relayout=True` takes `value`'s layout instead, as
     `dist.replicate` and `dist.shard_params` do."""
+    source = value if isinstance(value, Tensor) else None
+    if source is not None:
+        value = source._data
     if (h := _current()) is not None:
         h.rebind(t, value)
-    elif not relayout:
-        value = _device.keep_layout(t._data, value)
+    else:
+        old = t._data
+        if not relayout:  # (moved to t's layout, maybe over the same buffer)
+            value = _device.keep_layout(old, value)
+        if source is not None:
+            ownership.share(t, source)
+        elif value is not old:  # the caller's array: it may keep it
+            ownership.fresh(t)
+            ownership.hand_out(t)
     t._data, t._node, t._out_idx = value, node, out_idx
 
 
@@ -385,9 +440,27 @@ def _wrap(array: Any) -> Tensor:
     """A Tensor holding `array` as it is: no copy, no device move, no gradient history."""
     t = Tensor.__new__(Tensor)
     t._data, t._node, t._out_idx, t._tracked, t._grad, t._len = array, None, 0, 0, None, None
+    t._holders = None
     if (h := _current()) is not None:
         h.created(t)
     return t
+
+
+def made(array: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """`Tensor(array, dtype, device)` for an array the caller just made and keeps no other
+    reference to: the tensor is its only holder (`eager.ownership`), as an op's result is."""
+    t = Tensor(array, dtype, device)
+    ownership.fresh(t)
+    return t
+
+
+def _wrap_from(source: Tensor, array: Any = None) -> Tensor:
+    """`_wrap(array)` for an array made from `source` (by default `peek(source)`), maybe over
+    `source`'s own buffer: the two tensors are in one record (`eager.ownership`)."""
+    out = _wrap(peek(source) if array is None else array)
+    if _current() is None:
+        ownership.share(out, source)
+    return out
 
 
 def constant(make: Callable[[], Any]) -> Any:
@@ -403,7 +476,7 @@ def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
     int32; numpy arrays keep their dtype (as jax canonicalizes it); jax arrays are not copied.
     The result is committed to a device (the default one unless `device` or the data say)."""
     if isinstance(data, Tensor):
-        arr = read(data)
+        arr = peek(data)
     elif isinstance(data, (jax.Array, jax.core.Tracer)):
         arr = data
     else:
@@ -493,7 +566,7 @@ def run_op(op: Op, key: tuple, inputs: Sequence) -> Any:
         else:  # a nested list is an array; None, scalars and arrays pass as they are
             arrays.append(jax.device_put(np.asarray(x)) if isinstance(x, (list, tuple)) else x)
     if op.donate is not None and h is None:
-        _unshare(arrays, op.donated(key))
+        _unshare(arrays, inputs, op.donated(key))
     out = fn(*arrays)
     if h is not None:
         return _apply_captured(h, op, key, inputs, arrays, out, mask)
@@ -518,16 +591,13 @@ def _apply_captured(h: Any, op: Op, key: tuple, inputs: Sequence, arrays: list, 
     return outs if op.multi_output else outs[0]
 
 
-# References to an input array held by its Tensor, the `arrays` list and `getrefcount` itself:
-# any more and something else (another Tensor, a raw array, a recorded tape node) still holds it.
-_OWNED = 3
-
-
-def _unshare(arrays: list, donated: tuple[int, ...]) -> None:
-    """Copy each array about to be donated that something else still references, so that
-    donation only consumes buffers nothing else will read."""
+def _unshare(arrays: list, inputs: Sequence, donated: tuple[int, ...]) -> None:
+    """Copy each array about to be donated that something else still holds (another Tensor, a
+    raw array handed out, a recorded tape node: `eager.ownership`), or that came as a raw array
+    rather than a Tensor, so that donation only consumes buffers nothing else will read."""
     for i in donated:
-        if sys.getrefcount(arrays[i]) > _OWNED:
+        x = inputs[i]
+        if not (isinstance(x, Tensor) and x._len is None and ownership.sole(x)):
             arrays[i] = jnp.array(arrays[i], copy=True)
 
 
@@ -544,3 +614,6 @@ def _record(op: Op, key: tuple, mask: tuple, inputs: Sequence, arrays: list, out
     for i, o in enumerate(outs):
         if i not in op.nondiff_outputs and _diff(o._data.dtype):
             o._node, o._out_idx = node, i
+    for x in inputs:  # the node keeps the input arrays (`primals`) until a backward frees it
+        if isinstance(x, Tensor) and x._node is None:
+            ownership.hold(x, node)

@@ -8,7 +8,6 @@ every effect of the region and rebuilds the output structure.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -33,18 +32,14 @@ from .guards import (
 )
 from .key import Call
 from .program import Program
-from .sources import GradSlot, Held, Hyper, Lifted, Rebind, Result
+from .sources import GradSlot, Held, Hyper, Lifted, Rebind, Result, take_value
 
 hooks = eg.hooks
-_read, _rebind, _history, _data, _deref = (eg.read, eg.rebind, hooks.history, hooks.data,
-                                           hooks.deref)
+_data, _deref, _sole = hooks.data, hooks.deref, hooks.sole
 _wrap, _is_recording, _assign = hooks.wrap, hooks.is_recording, hooks.assign
 _atomic = hooks.atomic
 
 MISS = object()  # returned by `Entry.run` when the entry cannot serve the call after all
-# References to an input array held by its Tensor, the input list and `getrefcount` itself:
-# any more and the buffer is shared.
-_OWNED = 3
 
 
 def refuse_outer_gradients(tensors: Sequence) -> None:
@@ -202,7 +197,7 @@ class Entry:
         From the dispatch (which may donate buffers) to the last write-back the call is a
         commit: a Ctrl-C then takes effect after it, so state is as after the call."""
         recording = _is_recording()
-        inputs = self.inputs(call, recording)
+        inputs = self.inputs(call, recording or bool(self.donated))
         if inputs is None:
             return MISS
         arrays, tensors = inputs
@@ -211,7 +206,7 @@ class Entry:
             recording = False
         with _atomic():
             if self.donated:
-                self._unshare(arrays)
+                self._unshare(arrays, tensors)
             try:
                 if recording:
                     outs = self.function(arrays, tensors)
@@ -248,12 +243,13 @@ class Entry:
                 return True
         return False
 
-    def _unshare(self, arrays: list) -> None:
+    def _unshare(self, arrays: list, tensors: Sequence) -> None:
         """Copy each buffer about to be donated that something else still holds (another
-        Tensor after `detach()`, a raw array the user kept, a recorded tape node), so that
-        donation destroys only what this call replaces."""
+        Tensor after `detach()`, a raw array the user kept, a recorded tape node: the
+        record `eager.ownership` keeps), so that donation destroys only what this call
+        replaces."""
         for i in self.donated:
-            if sys.getrefcount(arrays[i]) > _OWNED:
+            if not _sole(tensors[i]):
                 arrays[i] = jnp.array(arrays[i], copy=True)
                 self.copies += 1
 
@@ -263,7 +259,7 @@ class Entry:
         for ref, r in self.settle:
             t = ref()
             if t is not None:
-                _rebind(t, _read(outs[r]), *_history(outs[r]))
+                take_value(t, outs[r])
                 outs[r] = t
         self.settle = []
 

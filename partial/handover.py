@@ -238,7 +238,8 @@ class Plan:
             if id(t) in cap.mutated or id(t) in cap.grads_written:
                 run.saved[id(t)] = (t, snap)  # a change of this call, undone if it fails
             if id(t) not in converted and id(t) not in cap.mutated:
-                hooks.restore(t, (*snap[:3], hooks.raw_grad(t)))  # lifted: copies, leaf marks
+                # lifted: copies, leaf marks
+                hooks.restore(t, hooks.with_grad(snap, hooks.raw_grad(t)))
         for t, array, (node, out_idx) in conversions:
             hooks.set_data(t, array)
             hooks.set_history(t, node, out_idx)

@@ -32,7 +32,7 @@ _Tensor, _Module, _Optimizer = eg.Tensor, M.Module, optim.Optimizer
 # GradManager argument, as MegEngine code passes one to a traced step, is guarded as one in a
 # closure is)
 _OBJECTS = (_Module, _Optimizer, eg.autodiff.GradManager, eg.autodiff.GradManagerGroup)
-_read, _wrap = eg.read, eg.hooks.wrap
+_read, _wrap = eg.hooks.peek, eg.hooks.wrap
 _autocast_dtype = eg.amp.autocast_dtype
 
 

@@ -302,7 +302,7 @@ class LazyRun(hooks.CaptureHooks):
                 raise
             for t, pos, attached in holders:
                 r = results[pos]
-                eg.rebind(t, _data(r), *(_history(r) if attached else (None, 0)))
+                eg.rebind(t, r, *(_history(r) if attached else (None, 0)))
         if cached:
             self.breaks.cache.hits += 1
         self.stretch = Stretch(site)

@@ -89,7 +89,7 @@ def hand_over_past_backward(cap: Any, plan: Any, at: int, start_breaks: Any) -> 
         if saved is not None:
             hooks.set_data(t, saved[1][0])
     for owner, grad in grads_at_first.values():
-        hooks.restore(owner, (*hooks.snapshot(owner)[:3], grad))
+        hooks.restore(owner, hooks.with_grad(hooks.snapshot(owner), grad))
     _restart_recording(after)
     replay = _Replay(plan, lazy, _values_needed(plan, after))
     first.manager.record()

@@ -23,7 +23,7 @@ import jax
 
 import eager as eg
 
-_rebind, _read, _history = eg.rebind, eg.read, eg.hooks.history
+_rebind, _peek, _data, _history = eg.rebind, eg.hooks.peek, eg.hooks.data, eg.hooks.history
 
 
 # ----- input sources -------------------------------------------------------------------------
@@ -164,8 +164,14 @@ class Rebind:
     def apply(self, outs: list, call: Any) -> None:
         t = self.target.get(outs, call)
         if t is not None:
-            v = self.value.get(outs, call)
-            _rebind(t, _read(v), *_history(v))
+            take_value(t, self.value.get(outs, call))
+
+
+def take_value(t: Any, v: Any) -> None:
+    """Give `t` the value (as an op reads it) and gradient history of the result `v`: `t`
+    shares `v`'s array, so its buffer may still be donated once `v` is dropped."""
+    exact = _peek(v)
+    _rebind(t, v if exact is _data(v) else exact, *_history(v))
 
 
 class SetGrad:

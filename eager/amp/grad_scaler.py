@@ -115,8 +115,8 @@ class GradScaler:
             reset = F.logical_or(self._found, grow)
         tracker = F.where(reset, F.zeros_like(grown), grown)
         with context.atomic():  # the scale and its counter together
-            rebind(self._scale, scale._data)
-            rebind(self._tracker, tracker._data)
+            rebind(self._scale, scale)
+            rebind(self._tracker, tracker)
         self._found = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -136,8 +136,8 @@ class GradScaler:
     def _assign(self, scale: float, tracker: int) -> None:
         new_scale, new_tracker = Tensor(np.float32(scale)), Tensor(np.int32(tracker))
         with context.atomic():
-            rebind(self._scale, new_scale._data)
-            rebind(self._tracker, new_tracker._data)
+            rebind(self._scale, new_scale)
+            rebind(self._tracker, new_tracker)
 
     def __repr__(self) -> str:
         return (f"GradScaler(growth_factor={self.growth_factor}, backoff_factor="

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import context, hooks, tape
 from ..errors import BackwardError
-from ..tensors import Tensor, _wrap, read
+from ..tensors import Tensor, _wrap, _wrap_from, peek
 
 
 @contextlib.contextmanager
@@ -53,7 +53,7 @@ class Function:
         with no_grad():
             result = self.forward(*inputs)
         single = isinstance(result, Tensor)
-        outs = tuple(_wrap(read(o)) for o in ((result,) if single else result))
+        outs = tuple(_wrap_from(o) for o in ((result,) if single else result))
         mask = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and hooks.needs_grad(x)]
         if mask:
             hooks.make_node(type(self).__name__,
@@ -70,7 +70,7 @@ class Function:
                 f"{type(self).__name__}.backward returned {len(grads)} gradients for "
                 f"{n_inputs} inputs; return one per input (None where there is none)"
             )
-        return [None if grads[i] is None else read(grads[i]) for i in mask]
+        return [None if grads[i] is None else peek(grads[i]) for i in mask]
 
 
 __all__ = ["Function", "no_grad"]

@@ -17,7 +17,7 @@ from .. import context, higher_order, tape
 from ..device import grad_layout as _grad_layout
 from ..errors import AttachError, BackwardError
 from ..ops import OPS
-from ..tensors import Tensor, _wrap, apply, read
+from ..tensors import Tensor, _wrap, apply, peek
 from .function import no_grad
 
 # Per thread: when each manager recording now began (a number that only grows). MegEngine nests
@@ -254,7 +254,7 @@ class GradManager:
                     and not isinstance(y._data, jax.core.Tracer):
                 return _one(y.shape, y.dtype)
             return jnp.ones(y.shape, y.dtype)  # in a capture: part of the traced program
-        ct = read(dy) if isinstance(dy, Tensor) else jnp.asarray(np.asarray(dy), y.dtype)
+        ct = peek(dy) if isinstance(dy, Tensor) else jnp.asarray(np.asarray(dy), y.dtype)
         if tuple(ct.shape) != y.shape:
             if ct.size != y.size:
                 raise ValueError(f"dy has shape {tuple(ct.shape)} but y has shape {y.shape}")

@@ -20,7 +20,7 @@ from ..device import DeviceLike
 from ..errors import DistributedError
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
-from ..tensors import Tensor, read, rebind
+from ..tensors import Tensor, peek, rebind
 
 _default_mesh: Mesh | None = None
 _T = TypeVar("_T")
@@ -64,7 +64,7 @@ def shard_batch(x: Any, mesh: Mesh | None = None, axis: int = 0) -> Tensor:
     (8, 3)
     """
     m = _mesh(mesh)
-    arr = read(x) if isinstance(x, Tensor) else x
+    arr = peek(x) if isinstance(x, Tensor) else x
     shape = np.shape(arr)
     if not -len(shape) <= axis < len(shape):
         raise DistributedError(f"shard_batch: axis {axis} is out of range for shape {shape}")
@@ -89,7 +89,7 @@ def replicate(obj: _T, mesh: Mesh | None = None) -> _T:
     """
     sharding = NamedSharding(_mesh(mesh), PartitionSpec())
     for t in _tensors_of(obj):
-        rebind(t, _place(read(t), sharding), relayout=True)
+        rebind(t, _place(peek(t), sharding), relayout=True)
         _device.set_grad_layout(t, None)  # gradients as they come (not split, as stage 2 has)
     return obj
 

@@ -29,7 +29,7 @@ from ..device import commit
 from ..errors import CheckpointError
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
-from ..tensors import Tensor, read, rebind
+from ..tensors import Tensor, peek, rebind
 
 PLAIN = (bool, int, float, str, type(None))
 _KINDS = {"value": "a plain value", "dict": "a dict", "list": "a list", "tuple": "a tuple",
@@ -43,11 +43,11 @@ def describe(obj: Any, path: str, arrays: dict[str, Any]) -> Any:
     if isinstance(obj, Module):
         tensors = dict(obj.named_parameters()) | dict(obj.named_buffers())
         return {"module": type(obj).__name__, "tensors": {
-            n: _array(read(t), "tensor", f"{path}.{n}", arrays) for n, t in tensors.items()}}
+            n: _array(peek(t), "tensor", f"{path}.{n}", arrays) for n, t in tensors.items()}}
     if isinstance(obj, Optimizer):
         return _describe_optimizer(obj, path, arrays)
     if isinstance(obj, Tensor):
-        return _array(read(obj), "tensor", path, arrays)
+        return _array(peek(obj), "tensor", path, arrays)
     if isinstance(obj, jax.Array):
         return _array(obj, "jax", path, arrays)
     if isinstance(obj, (np.ndarray, np.generic)):
@@ -92,7 +92,7 @@ def _describe_optimizer(opt: Optimizer, path: str, arrays: dict[str, Any]) -> di
                   for k, v in group.items() if k != "params"},
                "params": [index[id(p)] for p in group["params"]]}
               for g, group in enumerate(opt.param_groups)]
-    state = [[i, {k: _array(read(t), "tensor", f"{path}.state[{i}][{k!r}]", arrays)
+    state = [[i, {k: _array(peek(t), "tensor", f"{path}.state[{i}][{k!r}]", arrays)
                   for k, t in opt.state.get(p, {}).items()}] for i, p in enumerate(params)]
     return {"optimizer": type(opt).__name__, "param_groups": groups, "state": state}
 
@@ -148,14 +148,14 @@ class Plan:
         return node["array"]
 
     def tensor(self, t: Tensor, node: Any, path: str) -> None:
-        self.tensors.append((t, self.read(node, read(t), path)))
+        self.tensors.append((t, self.read(node, peek(t), path)))
 
     def apply(self, result: Any, loaded: dict[str, Any]) -> Any:
         """Rebind every planned tensor and hyper-parameter (call inside `context.atomic()`);
         returns `result` with its arrays filled in. Every new array is made before the first
         rebind."""
         result = _fill(result, loaded)
-        new = [(t, _placed(loaded[name], read(t))) for t, name in self.tensors]
+        new = [(t, _placed(loaded[name], peek(t))) for t, name in self.tensors]
         for group, hypers in self.hypers:
             group.update(hypers)
         for t, arr in new:

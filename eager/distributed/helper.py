@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..autodiff import no_grad
-from ..tensors import Tensor, read, rebind
+from ..tensors import Tensor, rebind
 from .functional import all_reduce_sum, broadcast
 from .group import get_world_size
 
@@ -30,4 +30,4 @@ def bcast_list_(tensors: Iterable[Tensor]) -> None:
     ranks begin from the same model)."""
     with no_grad():
         for t in tensors:
-            rebind(t, read(broadcast(t, src=0)))
+            rebind(t, broadcast(t, src=0))

@@ -21,7 +21,7 @@ from ..device import set_grad_layout
 from ..errors import DistributedError
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
-from ..tensors import Tensor, read, rebind
+from ..tensors import Tensor, peek, rebind
 from .arrays import _mesh
 
 _T = TypeVar("_T")
@@ -64,7 +64,7 @@ def shard_params(obj: _T, mesh: Mesh | None = None, *, stage: int = 3, axis: str
         raise DistributedError(f"shard_params: mesh axes are {m.axis_names}, not {name!r}")
     layout, grads = _layouts(*_split(obj), _Rule(m, name, min_size, specs), stage)
     for t, sharding in layout.items():
-        rebind(t, _placed(read(t), sharding), relayout=True)
+        rebind(t, _placed(peek(t), sharding), relayout=True)
     for p, grad_sharding in grads.items():
         set_grad_layout(p, grad_sharding)
     return obj

@@ -40,8 +40,8 @@ def batch_norm(x: Any, running_mean: Tensor | None = None, running_var: Tensor |
     if not inplace:
         return y, new_mean, new_var
     with _atomic():  # both statistics, or (a signal before) neither
-        rebind(running_mean, new_mean._data)
-        rebind(running_var, new_var._data)
+        rebind(running_mean, new_mean)
+        rebind(running_var, new_var)
     return y
 
 

@@ -12,7 +12,7 @@ from ..context import atomic
 from ..creation import ones, zeros
 from ..errors import OpArgumentError
 from ..ops import OPS
-from ..tensors import Parameter, Tensor, apply, read, rebind
+from ..tensors import Parameter, Tensor, apply, rebind
 from .module import Module
 
 
@@ -135,6 +135,6 @@ class SyncBatchNorm(_BatchNorm):
                                       self.running_var, mean, var * (count / max(count - 1, 1)),
                                       momentum=float(self.momentum))
             with atomic():  # both statistics, or (a signal before) neither
-                rebind(self.running_mean, read(new_mean))
-                rebind(self.running_var, read(new_var))
+                rebind(self.running_mean, new_mean)
+                rebind(self.running_var, new_var)
         return y

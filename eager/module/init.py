@@ -18,22 +18,22 @@ import jax.numpy as jnp
 from .. import random
 from ..device import commit
 from ..op_errors import bad_argument
-from ..tensors import Tensor, rebind
+from ..tensors import Tensor, _wrap, rebind
 
 _LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "conv_transpose3d", "sigmoid")
 
 
 def uniform_(t: Tensor, low: float = 0.0, high: float = 1.0) -> None:
-    rebind(t, random.uniform(low, high, t.shape, t.dtype)._data)
+    rebind(t, random.uniform(low, high, t.shape, t.dtype))
 
 
 def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0) -> None:
-    rebind(t, random.normal(mean, std, t.shape, t.dtype)._data)
+    rebind(t, random.normal(mean, std, t.shape, t.dtype))
 
 
 def fill_(t: Tensor, value: float) -> None:
-    rebind(t, commit(jnp.full(t.shape, value, t.dtype), like=t._data))
+    rebind(t, _wrap(commit(jnp.full(t.shape, value, t.dtype), like=t._data)))  # t's alone
 
 
 def zeros_(t: Tensor) -> None:

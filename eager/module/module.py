@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import context
 from ..device import commit
-from ..tensors import Parameter, Tensor, rebind
+from ..tensors import Parameter, Tensor, _wrap, rebind
 from .hooks import HookDict, HookHandler, run_with_hooks
 
 
@@ -296,7 +296,8 @@ class Module:
             if arr.shape != t.shape:
                 raise ValueError(f"load_state_dict: {name!r} has shape {arr.shape} in the state "
                                  f"but {t.shape} in the module")
-            rebind(t, commit(arr.astype(t.dtype), like=t._data))
+            # (a new array made from numpy, which t alone holds: updates may donate it)
+            rebind(t, _wrap(commit(arr.astype(t.dtype), like=t._data)))
 
     def __repr__(self) -> str:
         kids = "".join(f"\n  ({n}): " + repr(c).replace("\n", "\n  ")

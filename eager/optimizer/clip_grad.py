@@ -31,7 +31,7 @@ def _rebind_grads(params: list[Tensor], new: tuple[Tensor, ...]) -> None:
     for p, n in zip(params, new):
         grad = p.grad
         assert grad is not None  # `_with_grads` kept only these
-        rebind(grad, n._data, n._node, n._out_idx)
+        rebind(grad, n, n._node, n._out_idx)
 
 
 def _order(ord: Any) -> float:

@@ -17,7 +17,7 @@ from ..device import commit
 from ..errors import CheckpointError, OpArgumentError
 from ..module.foreign_layouts import fit
 from ..ops import OPS
-from ..tensors import Tensor, apply, rebind
+from ..tensors import Tensor, _wrap, apply, rebind
 
 
 class ParamGroup(dict):
@@ -165,7 +165,7 @@ class Optimizer:
         if found is not None:
             new = tuple(apply(OPS["where"], found, t, n) for t, n in zip(tensors, new))
         for t, n in zip(tensors, new):
-            rebind(t, n._data)
+            rebind(t, n)
 
     # hyper-parameters MegEngine's optimizer of the same name lacks: left out of `state_dict()`
     # while at these values, so MegEngine's `load_state_dict` (which wants its own keys) reads it
@@ -214,7 +214,8 @@ class Optimizer:
             own_state = self.state[params[i]]
             if k in own_state:
                 old = own_state[k]._data
-                rebind(own_state[k], commit(arr.astype(old.dtype), like=old))
+                # (a new array made from numpy: updates may donate it)
+                rebind(own_state[k], _wrap(commit(arr.astype(old.dtype), like=old)))
             else:
                 own_state[k] = Tensor(arr)
 

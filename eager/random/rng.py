@@ -53,7 +53,7 @@ def seed(n: int) -> None:
     if _key is None:
         _key = new
     else:
-        rebind(_key, new._data)
+        rebind(_key, new)
 
 
 def get_state() -> Tensor:
@@ -65,7 +65,7 @@ def next_key() -> Tensor:
     """Advance the generator and return a fresh key to draw with."""
     key = _state()
     nxt, sub = apply(OPS["random_split"], key)
-    rebind(key, nxt._data)
+    rebind(key, nxt)
     return sub
 
 
@@ -116,7 +116,7 @@ def shuffle(x: Tensor) -> None:
     `shuffle`: it returns None). `x` is rebound like `x[i] = v`, so gradients and captures
     follow it."""
     new = _shuffled(x, "shuffle")
-    rebind(x, new._data, new._node, new._out_idx)
+    rebind(x, new, new._node, new._out_idx)
 
 
 def _shuffled(x: Any, name: str) -> Tensor:
@@ -231,7 +231,7 @@ def set_rng_state(state: Any) -> None:
     if t.shape != (2,) or t.dtype.kind not in "iu":
         raise bad_argument(f"set_rng_state: expects the uint32 array of shape (2,) that "
                            f"get_rng_state() returned, got {t.dtype} of shape {t.shape}")
-    rebind(_state(), t.astype(np.uint32)._data)
+    rebind(_state(), t.astype(np.uint32))
 
 
 def _drawn(fn: Callable[_P, _T]) -> Callable[Concatenate[RNG, _P], _T]:
