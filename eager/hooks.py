@@ -34,7 +34,7 @@ from .user_frame import describe_location, short_path, user_location
 
 __all__ = [
     "CaptureHooks", "Finished", "atomic", "bump_epoch", "capturing", "current", "epoch",
-    "hand_over", "wrap", "peek", "sole", "conv_options", "conv_rewrites",
+    "hand_over", "wrap", "peek", "sole", "share", "hand_out", "conv_options", "conv_rewrites",
     "is_recording", "needs_grad", "make_node", "set_history", "history", "snapshot", "restore",
     "with_grad",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
@@ -49,6 +49,8 @@ __all__ = [
 wrap = _tensor._wrap
 peek = _tensor.peek  # `eager.read` without handing the array out: for arrays passed on, not kept
 sole = _ownership.sole  # whether a tensor is its array's only holder: its buffer may be donated
+share = _ownership.share  # share(dst, src): dst now holds src's array
+hand_out = _ownership.hand_out  # a tensor's array went where the framework cannot see it
 is_recording = _tape.is_recording  # whether an op on a tracked tensor would be recorded now
 differentiable = _tape.differentiable  # whether a dtype carries gradients (bfloat16 too)
 Finished = _tape.Finished  # a leaf's gradient with its manager's callbacks applied
@@ -138,8 +140,7 @@ def assign(targets: Sequence[Any], sources: Sequence[Any]) -> None:
         if t is not None:
             if h is not None:
                 h.rebind(t, s._data)
-            else:
-                _ownership.share(t, s)
+            _ownership.share(t, s)
             t._data, t._node, t._out_idx = s._data, s._node, s._out_idx
 
 

@@ -9,10 +9,13 @@ also written back), no raw array handed to code the framework cannot see (`eager
 Each Tensor carries the record of its current array in its `_holders` slot: None when it is
 the array's only holder (an op's result, the common case, costs nothing), else a list shared by
 every holder of that array, of weak references to them (a dead one holds nothing) and
-`HANDED_OUT` once the array left for user code. The record changes only where the framework
-installs or hands out an array outside a capture (a capture swaps tracers in and puts the
-arrays back: the record describes the arrays). It is a fact the framework keeps, not a count
-of Python references, so the answer is the same on every Python and jax.
+`HANDED_OUT` once the array left for user code. The record changes where the framework
+installs or hands out an array. A holder in it only may hold the array: whether it still does
+is checked by buffer when a donation asks (`sole`), so registering one more than needed (inside
+a capture, where tensors hold tracers) costs a list entry, never a wrong answer; missing one
+would. A capture's snapshot keeps the record with the array it puts back. It is a fact the
+framework keeps, not a count of Python references, so the answer is the same on every Python
+and jax.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def same_buffer(a: Any, b: Any) -> bool:
         return False
 
 
-def _group(t: Any) -> list:
+def _group(t: Any) -> _Group:
     group = t._holders
     if group is None:
         group = t._holders = _Group([weakref.ref(t)])

@@ -84,7 +84,7 @@ class Tensor(TensorMethods):
         self._holders = None
         if (h := _current()) is not None:
             h.created(self)
-        elif isinstance(data, Tensor):  # maybe its array (a cast or a move is a new one)
+        if isinstance(data, Tensor):  # maybe its array (a cast or a move is a new one)
             ownership.share(self, data)
         elif isinstance(data, jax.Array):  # maybe the caller's own buffer
             ownership.hand_out(self)
@@ -418,16 +418,16 @@ def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0, *,
     if source is not None:
         value = source._data
     if (h := _current()) is not None:
-        h.rebind(t, value)
+        h.rebind(t, value)  # (first: a capture saves t's record as it was)
     else:
         old = t._data
         if not relayout:  # (moved to t's layout, maybe over the same buffer)
             value = _device.keep_layout(old, value)
-        if source is not None:
-            ownership.share(t, source)
-        elif value is not old:  # the caller's array: it may keep it
+        if source is None and value is not old:  # the caller's array: it may keep it
             ownership.fresh(t)
             ownership.hand_out(t)
+    if source is not None:  # also while recording lazily, where arrays are real
+        ownership.share(t, source)
     t._data, t._node, t._out_idx = value, node, out_idx
 
 
@@ -458,8 +458,7 @@ def _wrap_from(source: Tensor, array: Any = None) -> Tensor:
     """`_wrap(array)` for an array made from `source` (by default `peek(source)`), maybe over
     `source`'s own buffer: the two tensors are in one record (`eager.ownership`)."""
     out = _wrap(peek(source) if array is None else array)
-    if _current() is None:
-        ownership.share(out, source)
+    ownership.share(out, source)  # (in a capture too: holders are checked by buffer)
     return out
 
 

@@ -240,12 +240,15 @@ class Plan:
             if id(t) not in converted and id(t) not in cap.mutated:
                 # lifted: copies, leaf marks
                 hooks.restore(t, hooks.with_grad(snap, hooks.raw_grad(t)))
+        lifted = {id(snap[0]): t for t, snap in cap.saved.values()}
         for t, array, (node, out_idx) in conversions:
             hooks.set_data(t, array)
             hooks.set_history(t, node, out_idx)
             if type(array) is Pending:
                 self.stretch.holders.append(weakref.ref(t))
-            elif id(array) in constants:  # its value may be read, as lazily
+                continue
+            _record_holder(t, lifted.get(id(array)))
+            if id(array) in constants:  # its value may be read, as lazily
                 run.constants[id(t)] = weakref.ref(t)
         for key, ref in cap.made.items():
             t = ref()
@@ -285,3 +288,13 @@ def hand_over(cap: Any, start_breaks: Any) -> Any:
         return "a tensor holds a value computed outside the framework's ops"
     with hooks.atomic():  # a Ctrl-C must not leave tensors half converted
         return plan.install(start_breaks(), conversions)
+
+
+def _record_holder(t: Any, source: Any) -> None:
+    """`t` now holds a real array: a lifted tensor's (`source`: `w.detach()` in the region),
+    which the two then share, or a constant the capture made, which other tensors made from
+    it may hold too. Either way a later update must not consume it unseen (`eager.ownership`)."""
+    if source is None:
+        hooks.hand_out(t)
+    elif source is not t:
+        hooks.share(t, source)

@@ -1,4 +1,4 @@
-"""Donation in `xla_trace` steps decided by the framework's ownership record
+"""Donation in `xla_trace` steps and after regions decided by the framework's ownership record
 (`eager.ownership`): holders beyond the ones in test_xla_trace.py's donation tests (a detached
 tensor, a raw array) keep their values, and the step makes no copies once they let go."""
 
@@ -9,7 +9,7 @@ import eager as eg
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
-from partial import xla_trace
+from partial import partial_trace, xla_trace
 from tests.helpers import randn, training_step
 
 
@@ -74,3 +74,27 @@ def test_a_graph_recorded_outside_keeps_the_parameters_it_read():
     for p, before in zip(net.parameters(), old):
         assert not eg.hooks.data(p).is_deleted()
         assert p.grad is not None and not np.array_equal(p.numpy(), before)
+
+
+def test_a_parameters_detached_value_kept_from_a_region_with_breaks_is_not_consumed():
+    """Its first call hands the capture over to the lazy engine; later calls record lazily:
+    either way the detached tensor shares the parameter's array, and eager updates copy."""
+    net = M.Linear(4, 4)
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(net.parameters())
+
+    @partial_trace(graph_breaks=True)
+    def forward(x):
+        kept = net.weight.detach()
+        y = net(x)
+        if y.sum().item() > 1e9:  # a value read: the capture hands over here
+            y = y * 2
+        return y, kept
+
+    for i in range(3):
+        with gm:
+            y, kept = forward(eg.tensor(np.full((2, 4), 0.1 * i, np.float32)))
+            gm.backward((y ** 2).mean())
+        value = kept.numpy()
+        opt.step().clear_grad()
+        np.testing.assert_array_equal(kept.numpy(), value)
