@@ -209,7 +209,10 @@ class LazyRun(hooks.CaptureHooks):
     @staticmethod
     def _tensor_input(st: Stretch, t: Any, a: Any) -> tuple[int, bool]:
         needs = _needs_grad(t)
-        key = (id(t), id(a), needs)
+        # By the array (which st.inputs keeps alive) and, where a gradient flows, the tensor
+        # (kept in st.parents): the id of a tensor nothing keeps may be reused by the next
+        # tensor reading the same array, which would merge two slots on some steps only.
+        key = (id(t) if needs else None, id(a), needs)
         slot = st.slot_of.get(key)
         if slot is None:
             slot = st.slot_of[key] = len(st.inputs)
