@@ -239,8 +239,10 @@ def test_parameters_and_optimizer_state_are_donated_without_copies():
     net, opt, step = _sgd_world()
     state = net.parameters() + [t for s in opt.state.values() for t in s.values()]
     for i in range(4):
-        # (eg.read would hand the arrays out, and then they are copied, not donated)
-        ids = [id(eg.hooks.data(t)) for t in state]
+        # (eg.read would hand the arrays out, and then they are copied, not donated; held
+        # here so that their ids cannot be reused by the new arrays)
+        old = [eg.hooks.data(t) for t in state]
+        ids = [id(a) for a in old]
         step(randn(3, 4, seed=i))
         assert all(id(eg.hooks.data(t)) not in ids for t in state)  # new buffers everywhere
     entry = step._cache.most_recent()
