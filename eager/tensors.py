@@ -480,9 +480,9 @@ def to_array(data: Any, dtype: Any = None, device: Any = None) -> Any:
         arr = data
     else:
         host = _host_array(data)
-        # not jnp.asarray outside a capture: it stages the value through an identity program,
-        # compiled once per new shape (jax.lax.stage); device_put compiles nothing
-        arr = jax.device_put(host) if _current() is None else constant(lambda: jnp.asarray(host))
+        # not jnp.asarray where no capture traces: it stages the value through an identity
+        # program, compiled once per new shape (jax.lax.stage); device_put compiles nothing
+        arr = constant(lambda: jax.device_put(host) if _current() is None else jnp.asarray(host))
     if dtype is not None and np.dtype(dtype) != arr.dtype:
         arr = arr.astype(np.dtype(dtype))
     dev = _device.parse(device) or _device.default()

@@ -149,7 +149,9 @@ class Plan:
         """The real array of a constant the capture made as a tracer: made again."""
         array = self.concrete.get(key)
         if array is None:
-            with jax.core.eval_context():
+            # with no capture current, so that creation functions take their programs kept
+            # with the persistent cache, not jax's primitive ones compiled in every process
+            with jax.core.eval_context(), hooks.capturing(None):
                 array = self.concrete[key] = make()
         return array
 

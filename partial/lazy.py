@@ -241,6 +241,13 @@ class LazyRun(hooks.CaptureHooks):
         else:
             self.constants[id(t)] = weakref.ref(t)
 
+    def constant(self, make: Any) -> Any:
+        # Concrete, so made with no capture current: creation functions then take their
+        # programs kept with the persistent cache, not jax's primitive ones (compiled in
+        # every process: FCOS's anchors cost 24 such compiles on its first lazy call).
+        with hooks.capturing(None):
+            return make()
+
     def rebind(self, t: Any, value: Any) -> None:
         if type(_data(t)) is not Pending and not self._made_here(t):
             self.saved.save(t)  # (held until the call ends: a tensor made here would be output)
