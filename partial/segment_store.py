@@ -26,6 +26,8 @@ from __future__ import annotations
 import functools as ft
 import hashlib
 import types
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
@@ -46,6 +48,13 @@ try:  # the settings that shape a trace (x64, matmul precision, ...), as jit's o
     from jax._src.config import trace_context as _trace_context
 except ImportError:  # another jax: nothing is kept, rather than keyed without them
     _trace_context = None
+
+
+@ft.cache
+def _reader() -> ThreadPoolExecutor:
+    """The thread that reads executables a step needs later (`load_later`): one, so that
+    reads never take both cores of a small machine from the step that waits for none of them."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="partial-segment-reader")
 
 
 class SegmentStore:
@@ -76,6 +85,23 @@ class SegmentStore:
         else:
             jax.monitoring.record_event(HIT_EVENT)
         return found
+
+    def load_later(self, text: str) -> Callable[[], tuple[Any, dict] | None] | None:
+        """`load(text)` on the reader thread: None when nothing is kept for `text`, else a
+        function that waits for the read and returns what `load` would."""
+        where = self._where(text)  # (here: the trace context is this thread's)
+        if where is None or not where[0].exists():
+            self._misses[text] = store.jax_hits.count
+            return None
+        reading = _reader().submit(store.read, *where)
+
+        def wait() -> tuple[Any, dict] | None:
+            found = reading.result()
+            if found is not None:
+                jax.monitoring.record_event(HIT_EVENT)
+            return found
+
+        return wait
 
     def save(self, text: str, compiled: Any, xla_options: dict) -> None:
         # only an executable this thread compiled itself serializes whole (`store.jax_hits`)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import jax
 
 from . import per_rank
+from .deferred import Deferred
 from .layout import channels_last, has_convolution
 from .options import CompileOptions
 from .residuals import slim
@@ -46,7 +47,11 @@ class Store(Protocol):
         """The `jax.stages.Compiled` kept for `text` and its XLA options, or None."""
 
     def save(self, text: str, compiled: Any, xla_options: dict) -> None:
-        """Keep `compiled` (built with `xla_options`) for `text`; a store may decline."""
+        """Keep `compiled` (built with `xla_options`) for `text`; a store may decline.
+
+    A store may also have `load_later(text)`: None when nothing is kept for `text`, else a
+    function that waits for the executable being read on another thread and returns what
+    `load` would (a backward is then read while the step runs on to it)."""
 
 
 @dataclass
@@ -207,6 +212,19 @@ class Segment:
         compiled, xla_options = found
         return Executable(kind, compiled, lower, time.perf_counter() - start, xla_options)
 
+    def _load_later(self, key: tuple, text: str | None) -> Executable | None:
+        """The backward for `key` as `_load` gives it, read on another thread where the store
+        can (`deferred.py`): the step goes on to it meanwhile."""
+        later = getattr(self.store, "load_later", None)
+        if text is None or later is None:
+            return self._load("backward", text, lambda: self._build_vjp(key)[1].lowered)
+        wait = later(text)
+        if wait is None:
+            return None
+        exe = Executable("backward", None, lambda: self._build_vjp(key)[1].lowered, 0.0)
+        exe.compiled = Deferred(exe, wait, lambda: self._build_vjp(key)[1].compiled)
+        return exe
+
     def _keep(self, text: str | None, exe: Executable) -> None:
         if text is not None and self.store is not None:
             self.store.save(text, exe.compiled, exe.compiler_options)
@@ -225,10 +243,10 @@ class Segment:
         pair = self._vjps.get(key)
         if pair is None:
             texts = self._text("forward_vjp", key), self._text("backward", key)
-            loaded = [self._load(kind, text, lambda i=i: self._build_vjp(key)[i].lowered)
-                      for i, (kind, text) in enumerate(zip(("forward_vjp", "backward"), texts))]
-            if loaded[0] is not None and loaded[1] is not None:
-                pair = self._vjps[key] = (loaded[0], loaded[1])
+            forward = self._load("forward_vjp", texts[0], lambda: self._build_vjp(key)[0].lowered)
+            backward = self._load_later(key, texts[1])  # (a miss is noted, to keep it later)
+            if forward is not None and backward is not None:
+                pair = self._vjps[key] = (forward, backward)
             else:
                 pair = self._vjps[key] = self._build_vjp(key)
                 for text, exe in zip(texts, pair):

@@ -2,6 +2,9 @@
 that consults a store before tracing (`xla_segments.Segment(store=...)`): what a jaxpr's text
 cannot say is never keyed by it, and a loaded segment computes what a compiled one does."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -95,6 +98,60 @@ def test_a_segment_loads_its_executables_without_tracing_and_computes_the_same()
     # the store's tag is in the programs' names: jax's own cache keys them by it
     assert "_forward_v7" in built.forward().as_text()
     assert loaded.forward().compiler_options == built.forward().compiler_options
+
+
+class ThreadStore(DictStore):
+    """Reads backwards on a thread of its own that waits for `release`."""
+
+    def __init__(self):
+        super().__init__()
+        self.release, self.later = threading.Event(), 0
+
+    def load_later(self, text):
+        if text not in self.kept:
+            return None
+        self.later += 1
+        pool = ThreadPoolExecutor(1)
+        reading = pool.submit(lambda: self.release.wait() and self.kept[text])
+        pool.shutdown(wait=False)
+        return reading.result
+
+
+def _train_segment(store, fn, w):
+    fwd, bwd = Segment(fn, [X, w], store=store).vjp(wrt=(1,), diff_outputs=(0,))
+    outs, res = fwd(X, w)
+    return bwd, res, outs
+
+
+def test_a_backward_is_read_while_the_step_goes_on_and_waited_for_when_it_runs():
+    calls = []
+
+    def fn(x, w):
+        calls.append(1)
+        return (jnp.tanh(x @ w),)
+
+    w = jnp.ones((3, 4)) * 0.5
+    store = ThreadStore()
+    bwd, res, outs = _train_segment(store, fn, w)
+    want = bwd(res, (jnp.ones((2, 4)),))
+    calls.clear()
+    bwd, res, outs = _train_segment(store, fn, w)  # forward loaded, backward still being read
+    assert store.later == 1 and not store.release.is_set()
+    store.release.set()
+    np.testing.assert_array_equal(bwd(res, (jnp.ones((2, 4)),))[0], want[0])
+    assert calls == []  # nothing traced
+
+
+def test_a_backward_that_cannot_be_read_is_compiled_again():
+    w = jnp.ones((3, 4)) * 0.5
+    store = ThreadStore()
+    bwd, res, _ = _train_segment(store, lambda x, w: (jnp.tanh(x @ w),), w)
+    want = bwd(res, (jnp.ones((2, 4)),))
+    store.release.set()
+    store.load_later = lambda text: (lambda: None)  # found, then unreadable (damaged)
+    bwd, res, _ = _train_segment(store, lambda x, w: (jnp.tanh(x @ w),), w)
+    np.testing.assert_array_equal(bwd(res, (jnp.ones((2, 4)),))[0], want[0])
+    assert bwd.seconds > 0
 
 
 def test_other_inputs_or_options_are_other_executables():
