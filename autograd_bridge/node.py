@@ -21,7 +21,7 @@ import eager
 from xla_segments import Segment
 
 _hooks = eager.hooks
-_profiling = eager.profiling
+_profiling = eager.hooks.profiling
 _zeros = jnp.zeros
 
 

@@ -1,5 +1,5 @@
 """What holding back signal handlers costs a commit (Note [deferred signals] in
-`eager/context.py`).
+`eager/core/context.py`).
 
 Run `python -m benchmarks.commits`. It prints, as markdown:
 
@@ -27,8 +27,8 @@ import eager as eg
 import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
-from eager import context
 from eager.autodiff import GradManager
+from eager.core import context
 from partial import xla_trace
 
 ROUNDS = 15

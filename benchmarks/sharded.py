@@ -172,7 +172,9 @@ def search_table(records: list[dict]) -> list[str]:
 
 
 def verdicts(records: list[dict], n: int = 4) -> list[str]:
-    """The goals of issue 28, point 3, each met or not, with its figures."""
+    """The goals of sharded training, each met or not, with its figures: per device, params and
+    Adam state at most GOAL_BYTES of replicated, XLA peak at most GOAL_PEAK, and about
+    GOAL_GROWTH times the widest model from one device to n."""
     out = []
     sharded = [r for r in rows_of(records) if r["devices"] == n and r["layout"] == "stage3"]
     pairs = [(r, find(records, "row", devices=n, mode=r["mode"], layout="replicated"))
@@ -260,7 +262,7 @@ def report(records: list[dict]) -> list[str]:
     lines += table(records) + [""]
     searched = search_table(records)
     lines += searched + ([""] if searched else [])
-    lines += ["Goals (issue 28, point 3):"] + verdicts(records)
+    lines += ["Goals:"] + verdicts(records)
     extra = notes(records)
     return lines + (["", "Notes:"] + extra if extra else [])
 

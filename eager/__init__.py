@@ -5,7 +5,7 @@
 >>> F.softmax(eg.tensor([[1.0, 1.0]]), axis=1).numpy().tolist()
 [[0.5, 0.5]]
 
-Every op is one pure jax function in the registry (`eager.ops.OPS`); the eager call runs its cached
+Every op is one pure jax function in the registry (`eager.OPS`); the eager call runs its cached
 jitted version and the backward its cached jitted vjp. `eager.hooks` is the documented surface a
 capture (the `partial` package) uses to observe eager execution.
 """
@@ -15,7 +15,6 @@ from . import (
     autodiff,
     config,
     distributed,
-    executable_store,  # noqa: F401  (for `partial`'s segment store; not public)
     functional,
     hooks,
     hub,
@@ -26,8 +25,8 @@ from . import (
 )
 from . import tensor as _tensor_module  # noqa: F401  (`eager.tensor` the module; see its docstring)
 from .autodiff import Function, GradManager, no_grad
-from .conv_switch import conv_rewrites, set_conv_rewrites
-from .creation import (
+from .core.conv_switch import conv_rewrites, set_conv_rewrites
+from .core.creation import (
     arange,
     eye,
     from_dlpack,
@@ -40,8 +39,7 @@ from .creation import (
     zeros,
     zeros_like,
 )
-from .device import get_default_device, is_cuda_available, set_default_device
-from .errors import (
+from .core.errors import (
     AllocationError,
     AttachError,
     BackwardError,
@@ -54,13 +52,14 @@ from .errors import (
     OpTypeError,
     WorkerError,
 )
+from .core.ops import OPS, Op, defop
+from .core.ragged import ragged_buckets, set_ragged_buckets
+from .core.ragged_dispatch import ragged_fallbacks
+from .core.tensors import Parameter, Tensor, apply, read, rebind
+from .device import get_default_device, is_cuda_available, set_default_device
 from .logger import get_logger
-from .ops import OPS, Op, defop
 from .profiling import profile
-from .ragged import ragged_buckets, set_ragged_buckets
-from .ragged_dispatch import ragged_fallbacks
 from .serialization import load, save
-from .tensors import Parameter, Tensor, apply, read, rebind
 
 __all__ = [
     "Tensor", "Parameter", "tensor", "zeros", "ones", "full", "full_like", "arange", "linspace",

@@ -25,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import ownership as _ownership
-from . import tape as _tape
-from . import tensors as _tensor
-from .context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
-from .conv_switch import conv_options, conv_rewrites
-from .user_frame import describe_location, short_path, user_location
+from .core import executable_store, profiling
+from .core import ownership as _ownership
+from .core import tape as _tape
+from .core import tensors as _tensor
+from .core.context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
+from .core.conv_switch import conv_options, conv_rewrites
+from .core.user_frame import describe_location, short_path, user_location
 
 __all__ = [
     "CaptureHooks", "Finished", "atomic", "bump_epoch", "capturing", "current", "epoch",
@@ -39,8 +40,10 @@ __all__ = [
     "with_grad",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies", "ragged_length",
-    "user_location", "describe_location", "short_path",
+    "user_location", "describe_location", "short_path", "executable_store", "profiling",
 ]
+# and, for a capture's compiled code: `executable_store` keeps executables on disk as eager
+# ops' are kept, `profiling` times their calls inside `eager.profile()`
 
 
 # ----- the tape surface -----------------------------------------------------------------------
@@ -188,5 +191,5 @@ def leaf_dependencies(tensors: Sequence[Any]) -> list[list[Any]]:
 def ragged_length(tensor: Any) -> Any:
     """None, or the logical length of `tensor`'s ragged axis 0: an int, an int32 device scalar
     (a selection from a small source in eager code), or a traced int32 (inside a region); its
-    storage is padded to a capacity (`eager/ragged.py`)."""
+    storage is padded to a capacity (`eager/core/ragged.py`)."""
     return tensor._len

@@ -11,7 +11,7 @@ through the import system (`sys.modules["eager.tensor"]`) and the attribute is t
 True
 """
 
-from .creation import tensor
-from .tensors import Parameter, Tensor
+from .core.creation import tensor
+from .core.tensors import Parameter, Tensor
 
 __all__ = ["Parameter", "Tensor", "tensor"]

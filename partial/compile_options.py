@@ -3,7 +3,7 @@
 When `eager.conv_rewrites()` is on and the region runs on the CPU, its segment compiles the
 executables that convolve with XLA's own convolutions instead of YNNPACK's (`conv_options`) and
 runs its convolutions channels-last behind the NCHW interface (`layout`): 2.4x faster on a
-ResNet step (why: `eager/conv_switch.py`). Executables without convolutions are unchanged.
+ResNet step (why: `eager/core/conv_switch.py`). Executables without convolutions are unchanged.
 """
 
 from __future__ import annotations

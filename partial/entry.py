@@ -212,7 +212,7 @@ class Entry:
                     outs = self.function(arrays, tensors)
                 else:  # the bridge's inference path, without its checks
                     forward = self.forward or self._forward()
-                    got = eg.profiling.run("compiled forward", self.function.name, forward,
+                    got = eg.hooks.profiling.run("compiled forward", self.function.name, forward,
                                            *arrays)
                     outs = [_wrap(o) for o in got]
             except (TypeError, ValueError):
@@ -246,7 +246,7 @@ class Entry:
     def _unshare(self, arrays: list, tensors: Sequence) -> None:
         """Copy each buffer about to be donated that something else still holds (another
         Tensor after `detach()`, a raw array the user kept, a recorded tape node: the
-        record `eager.ownership` keeps), so that donation destroys only what this call
+        record `eager.core.ownership` keeps), so that donation destroys only what this call
         replaces."""
         for i in self.donated:
             if not _sole(tensors[i]):

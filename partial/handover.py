@@ -295,7 +295,8 @@ def hand_over(cap: Any, start_breaks: Any) -> Any:
 def _record_holder(t: Any, source: Any) -> None:
     """`t` now holds a real array: a lifted tensor's (`source`: `w.detach()` in the region),
     which the two then share, or a constant the capture made, which other tensors made from
-    it may hold too. Either way a later update must not consume it unseen (`eager.ownership`)."""
+    it may hold too. Either way a later update must not consume it unseen
+    (`eager.core.ownership`)."""
     if source is None:
         hooks.hand_out(t)
     elif source is not t:

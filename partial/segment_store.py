@@ -36,7 +36,7 @@ from jax.extend import core as jex
 
 import eager as eg
 
-store = eg.executable_store
+store = eg.hooks.executable_store
 HIT_EVENT = "/partial/segment_cache/hits"  # one per executable loaded (`jax.monitoring`)
 _SUBDIR = "segments"
 _PACKAGES = ("eager", "xla_segments", "autograd_bridge", "partial")

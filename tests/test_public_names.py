@@ -14,9 +14,9 @@ import pytest
 MEGENGINE_SPELLINGS = {("eager", "tensor"), ("eager.amp", "autocast"),
                        ("eager.distributed", "launcher")}
 PACKAGES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.distributed",
-            "eager.ops", "eager.data", "eager.data.dataset", "eager.data.transform",
-            "eager.data.transform.vision", "eager.autodiff", "eager.amp", "eager.random",
-            "partial", "xla_segments", "autograd_bridge"]
+            "eager.core.ops", "eager.serialization", "eager.data", "eager.data.dataset",
+            "eager.data.transform", "eager.data.transform.vision", "eager.autodiff", "eager.amp",
+            "eager.random", "partial", "xla_segments", "autograd_bridge"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

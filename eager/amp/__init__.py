@@ -3,7 +3,7 @@
 
 Inside `autocast`, the matmul class (matmul, linear, convolution, attention) computes in float16
 or bfloat16 and reductions, softmax, normalization and losses in float32; the table is
-`eager.amp_policy.POLICY`, applied by the dispatcher to every op, eagerly and inside
+`eager.core.amp_policy.POLICY`, applied by the dispatcher to every op, eagerly and inside
 `partial_trace` / `xla_trace` regions alike (the autocast state is part of their guard key).
 Parameters stay float32 (master weights) and their gradients arrive in float32.
 

@@ -1,5 +1,5 @@
 """`autocast` (MegEngine's `megengine.amp.autocast`): compute in float16 or bfloat16 where it
-pays, by the policy table of `eager.amp_policy`, while a context is entered or a decorated
+pays, by the policy table of `eager.core.amp_policy`, while a context is entered or a decorated
 function runs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import functools as ft
 from collections.abc import Callable
 from typing import Any
 
-from ..amp_policy import LOW_TYPES, state
+from ..core.amp_policy import LOW_TYPES, state
 
 
 class autocast:  # noqa: N801  (MegEngine's and PyTorch's spelling)

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import context
 from .. import functional as F
-from ..amp_policy import skip_next_update
-from ..tensors import Tensor, rebind
+from ..core import context
+from ..core.amp_policy import skip_next_update
+from ..core.tensors import Tensor, rebind
 
 
 class GradScaler:

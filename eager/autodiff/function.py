@@ -7,9 +7,10 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .. import context, hooks, tape
-from ..errors import BackwardError
-from ..tensors import Tensor, _wrap, _wrap_from, peek
+from .. import hooks
+from ..core import context, tape
+from ..core.errors import BackwardError
+from ..core.tensors import Tensor, _wrap, _wrap_from, peek
 
 
 @contextlib.contextmanager

@@ -13,11 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import context, higher_order, tape
-from ..device import grad_layout as _grad_layout
-from ..errors import AttachError, BackwardError
-from ..ops import OPS
-from ..tensors import Tensor, _wrap, apply, peek
+from ..core import context, higher_order, tape
+from ..core.device import grad_layout as _grad_layout
+from ..core.errors import AttachError, BackwardError
+from ..core.ops import OPS
+from ..core.tensors import Tensor, _wrap, apply, peek
 from .function import no_grad
 
 # Per thread: when each manager recording now began (a number that only grows). MegEngine nests

@@ -18,8 +18,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..device import default as default_device
-from ..tensors import Tensor
+from ..core.device import default as default_device
+from ..core.tensors import Tensor
 from .batch_tree import map_leaves
 
 _DONE = object()

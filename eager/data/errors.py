@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import EagerError
+from ..core.errors import EagerError
 
 
 class DatasetNotFoundError(EagerError, FileNotFoundError):

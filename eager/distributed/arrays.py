@@ -15,12 +15,12 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .. import device as _device
-from ..device import DeviceLike
-from ..errors import DistributedError
+from ..core import device as _device
+from ..core.device import DeviceLike
+from ..core.errors import DistributedError
+from ..core.tensors import Tensor, peek, rebind
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
-from ..tensors import Tensor, peek, rebind
 
 _default_mesh: Mesh | None = None
 _T = TypeVar("_T")

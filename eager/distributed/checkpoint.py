@@ -31,8 +31,8 @@ from typing import Any, Literal, overload
 import jax
 import numpy as np
 
-from .. import context
-from ..errors import CheckpointError
+from ..core import context
+from ..core.errors import CheckpointError
 from .checkpoint_state import Plan, describe, match
 
 __all__ = ["PendingSave", "checkpoint_steps", "load_checkpoint", "save_checkpoint"]

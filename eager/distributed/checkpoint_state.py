@@ -25,11 +25,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..device import commit
-from ..errors import CheckpointError
+from ..core.device import commit
+from ..core.errors import CheckpointError
+from ..core.tensors import Tensor, peek, rebind
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
-from ..tensors import Tensor, peek, rebind
 
 PLAIN = (bool, int, float, str, type(None))
 _KINDS = {"value": "a plain value", "dict": "a dict", "list": "a list", "tuple": "a tuple",

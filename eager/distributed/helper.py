@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..autodiff import no_grad
-from ..tensors import Tensor, rebind
+from ..core.tensors import Tensor, rebind
 from .functional import all_reduce_sum, broadcast
 from .group import get_world_size
 

@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import WorkerError
+from ..core.errors import WorkerError
 from .group import check_port, free_port, init_process_group
 
 _POLL = 0.1  # seconds between looks at the workers while waiting for results

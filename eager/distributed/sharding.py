@@ -17,11 +17,11 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..device import set_grad_layout
-from ..errors import DistributedError
+from ..core.device import set_grad_layout
+from ..core.errors import DistributedError
+from ..core.tensors import Tensor, peek, rebind
 from ..module.module import Module
 from ..optimizer.optimizer import Optimizer
-from ..tensors import Tensor, peek, rebind
 from .arrays import _mesh
 
 _T = TypeVar("_T")

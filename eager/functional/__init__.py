@@ -2,7 +2,7 @@
 `megengine.functional`: `F.elemwise` (elementwise), `F.tensor` (creation, shape and indexing),
 `F.math` (reductions, sorting, products), `F.nn` (layers and activations), `F.loss`,
 `F.vision` (image functions), `F.metric` (`F.utils` its older path) and `F.distributed` (the
-collectives, imported on first use). Their functions are flat names of `F` too, and, as in
+collectives). Their functions are flat names of `F` too, and, as in
 MegEngine, of `F.nn`: ported code writes `F.nn.relu`, `F.nn.conv2d` and `F.nn.sum` alike.
 
 >>> import eager as eg, eager.functional as F
@@ -12,9 +12,9 @@ MegEngine, of `F.nn`: ported code writes `F.nn.relu`, `F.nn.conv2d` and `F.nn.su
 True
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from . import distributed as distributed
 from . import elemwise as elemwise
 from . import loss as loss
 from . import math as math
@@ -31,16 +31,7 @@ from .nn import *  # noqa: F403
 from .tensor import *  # noqa: F403
 from .vision import *  # noqa: F403
 
-if TYPE_CHECKING:
-    from . import distributed as distributed
-else:  # mypy reads only a literal `__all__`; without one it exports every name
+if not TYPE_CHECKING:  # mypy reads only a literal `__all__`; without one it exports every name
     __all__ = ["nn", "loss", "vision", *sorted({
         *elemwise.__all__, *tensor.__all__, *math.__all__, *nn.__all__, *loss.__all__,
         *vision.__all__, *metric.__all__})]
-
-    def __getattr__(name: str) -> Any:
-        # `eager.distributed` imports `eager.module`, which imports this package: imported here
-        # while eager loads, `F.distributed` would be a circle, so it is imported on first use
-        if name == "distributed":
-            return importlib.import_module(".distributed", __name__)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

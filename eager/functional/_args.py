@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import OpTypeError
-from ..index_checks import host_values
-from ..op_errors import bad_argument
-from ..tensors import Tensor
+from ..core.errors import OpTypeError
+from ..core.index_checks import host_values
+from ..core.op_errors import bad_argument
+from ..core.tensors import Tensor
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs

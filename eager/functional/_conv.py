@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..op_errors import bad_argument, require
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.op_errors import bad_argument, require
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from ._args import _compute_mode, _float_input, _ints, _pair, _t
 
 

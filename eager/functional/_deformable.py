@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpTypeError
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.errors import OpTypeError
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from ._args import _float_input, _ints, _t
 from ._conv import grouped_weight
 from ._detection import _real, _rois

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import ragged as _ragged
-from .. import ragged_forms
-from ..errors import OpTypeError
-from ..indexing import mask_indices
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core import ragged as _ragged
+from ..core import ragged_forms
+from ..core.errors import OpTypeError
+from ..core.indexing import mask_indices
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from ._args import _float_input, _ints, _t
 from .tensor import _count
 
@@ -138,7 +138,7 @@ def nms(boxes: Any, scores: Any, iou_thresh: float, max_output: int | None = Non
 
     Returns:
         A 1-d int32 tensor of positions in `boxes`. Its length depends on the values: it is
-        a selection like `x[mask]`'s (`eager/ragged.py`), so a `partial_trace` region can
+        a selection like `x[mask]`'s (`eager/core/ragged.py`), so a `partial_trace` region can
         index with it and reduce, but not return it.
 
     >>> import eager as eg, eager.functional as F

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from ..context import atomic as _atomic
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..tensors import Tensor, apply, rebind
+from ..core.context import atomic as _atomic
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply, rebind
 from ._args import _float_input, _ints, _t
 
 

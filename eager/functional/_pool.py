@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..op_errors import bad_argument, require
-from ..ops import OPS
-from ..ops.nn import adaptive_window
-from ..tensors import Tensor, apply
+from ..core.op_errors import bad_argument, require
+from ..core.ops import OPS
+from ..core.ops.nn import adaptive_window
+from ..core.tensors import Tensor, apply
 from ._args import _ints, _pair, _t
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import OpTypeError
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.errors import OpTypeError
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from ._args import _ints, _pair, _t
 
 _INTERPOLATE_MODES = ("nearest", "bilinear")

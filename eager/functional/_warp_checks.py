@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import OpTypeError
-from ..index_checks import check_range
-from ..op_errors import bad_argument
-from ..ops.color import MODES
-from ..ops.correlation import correlation_shape
-from ..ops.warp import BORDERS, fixed_point
-from ..tensors import Tensor
+from ..core.errors import OpTypeError
+from ..core.index_checks import check_range
+from ..core.op_errors import bad_argument
+from ..core.ops.color import MODES
+from ..core.ops.correlation import correlation_shape
+from ..core.ops.warp import BORDERS, fixed_point
+from ..core.tensors import Tensor
 from ._args import _float_input, _ints, _t
 
 # MegEngine lists these, but its CPU kernels refuse them or leave pixels unwritten
@@ -51,7 +51,7 @@ def border(fn: str, border_mode: Any) -> str:
 
 def interpolation(fn: str, interp_mode: Any, format: str, channels: int) -> str:
     """"linear", or for an NHWC image of 1 to 3 channels also "nearest", "cubic" and
-    "lanczos4" (MegEngine's fixed-point kernel, `eager/ops/warp.py`)."""
+    "lanczos4" (MegEngine's fixed-point kernel, `eager/core/ops/warp.py`)."""
     if fixed_point(format, channels):
         return choice(fn, "interp_mode", interp_mode, ("linear", "nearest", "cubic", "lanczos4"))
     hint = ""

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..op_errors import check_power
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.op_errors import check_power
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 
 
 def _unary(name: str, doc: str | None = None, module: str = __name__) -> Callable[[Any], Tensor]:

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from ..context import current
-from ..errors import OpTypeError
-from ..index_checks import check_range, host_values
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.context import current
+from ..core.errors import OpTypeError
+from ..core.index_checks import check_range, host_values
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from ._args import _t
 
 _REDUCTIONS = ("mean", "sum", "none")

@@ -19,12 +19,12 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .. import ragged_forms
-from ..errors import OpTypeError
-from ..indexing import _axis_arg
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core import ragged_forms
+from ..core.errors import OpTypeError
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.tensor_methods import axis_arg
+from ..core.tensors import Tensor, apply
 from ._args import _compute_mode, _t
 from .elemwise import _unary
 
@@ -38,7 +38,7 @@ def _reduction(name: str, module: str = __name__) -> Callable[..., Tensor]:
     op = OPS[name]
 
     def f(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return apply(op, x, axis=_axis_arg(axis), keepdims=bool(keepdims))
+        return apply(op, x, axis=axis_arg(axis), keepdims=bool(keepdims))
 
     f.__name__ = f.__qualname__ = name
     f.__doc__ = f"`{name}` over `axis` (None: all axes)."
@@ -51,12 +51,12 @@ sum, mean, max, min, prod = (_reduction(n) for n in ("sum", "mean", "max", "min"
 
 def var(x: Any, axis: Any = None, keepdims: bool = False, unbiased: bool = False) -> Tensor:
     """Variance over `axis`: the population statistic unless `unbiased=True` (MegEngine)."""
-    return apply(OPS["var"], x, axis=_axis_arg(axis), keepdims=keepdims, ddof=int(unbiased))
+    return apply(OPS["var"], x, axis=axis_arg(axis), keepdims=keepdims, ddof=int(unbiased))
 
 
 def std(x: Any, axis: Any = None, keepdims: bool = False, unbiased: bool = False) -> Tensor:
     """Standard deviation over `axis`; population statistic unless `unbiased=True`."""
-    return apply(OPS["std"], x, axis=_axis_arg(axis), keepdims=keepdims, ddof=int(unbiased))
+    return apply(OPS["std"], x, axis=axis_arg(axis), keepdims=keepdims, ddof=int(unbiased))
 
 
 def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -69,12 +69,12 @@ def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     >>> F.argmax(x, axis=(0, 1)).numpy()
     array([2, 1], dtype=int32)
     """
-    return apply(OPS["argmax"], x, axis=_axis_arg(axis), keepdims=bool(keepdims))
+    return apply(OPS["argmax"], x, axis=axis_arg(axis), keepdims=bool(keepdims))
 
 
 def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     """The index of the smallest value over `axis`; several axes act as one (see `argmax`)."""
-    return apply(OPS["argmin"], x, axis=_axis_arg(axis), keepdims=bool(keepdims))
+    return apply(OPS["argmin"], x, axis=axis_arg(axis), keepdims=bool(keepdims))
 
 
 def norm(x: Any, ord: float | None = None, axis: Any = None, keepdims: bool = False) -> Tensor:
@@ -82,7 +82,7 @@ def norm(x: Any, ord: float | None = None, axis: Any = None, keepdims: bool = Fa
     ord = 2.0 if ord is None else number(ord, "ord")
     if not (ord in (math.inf, -math.inf) or ord >= 0):
         raise bad_argument(f"norm: ord must be >= 0 or +-inf, got {ord}.")
-    return apply(OPS["norm"], x, ord=ord, axis=_axis_arg(axis), keepdims=keepdims)
+    return apply(OPS["norm"], x, ord=ord, axis=axis_arg(axis), keepdims=keepdims)
 
 
 def normalize(x: Any, ord: float | None = 2, axis: Any = None, eps: float = 1e-12) -> Tensor:
@@ -97,7 +97,7 @@ def normalize(x: Any, ord: float | None = 2, axis: Any = None, eps: float = 1e-1
     ord = 2.0 if ord is None else number(ord, "ord")
     if not (ord in (math.inf, -math.inf) or ord >= 0):
         raise bad_argument(f"normalize: ord must be >= 0 or +-inf, got {ord}.")
-    return apply(OPS["normalize"], x, ord=ord, axis=_axis_arg(axis), eps=number(eps, "eps"))
+    return apply(OPS["normalize"], x, ord=ord, axis=axis_arg(axis), eps=number(eps, "eps"))
 
 
 # ----- sorting and top-k along the last axis --------------------------------------------------

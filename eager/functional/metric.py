@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..op_errors import bad_argument
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.op_errors import bad_argument
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from ._args import _is_int, _t
 
 

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 
 from .. import random as _random
-from ..context import current as _current
-from ..errors import OpTypeError
-from ..index_checks import check_range, host_values
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.context import current as _current
+from ..core.errors import OpTypeError
+from ..core.index_checks import check_range, host_values
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from ._args import _compute_mode, _t
 from ._conv import conv1d, conv2d, conv3d, conv_transpose2d, conv_transpose3d
 from ._deformable import deformable_conv2d, deformable_psroi_pooling

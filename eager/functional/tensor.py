@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import ragged as _ragged
-from ..creation import (  # defined once, for `eg.zeros` and `F.zeros` alike
+from ..core import ragged as _ragged
+from ..core.creation import (  # defined once, for `eg.zeros` and `F.zeros` alike
     arange,
     eye,
     full,
@@ -28,12 +28,13 @@ from ..creation import (  # defined once, for `eg.zeros` and `F.zeros` alike
     zeros,
     zeros_like,
 )
-from ..errors import OpTypeError
-from ..index_checks import check_range
-from ..indexing import _shape_arg, mask_indices
-from ..op_errors import bad_argument
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.errors import OpTypeError
+from ..core.index_checks import check_range
+from ..core.indexing import mask_indices
+from ..core.op_errors import bad_argument
+from ..core.ops import OPS
+from ..core.tensor_methods import shape_arg
+from ..core.tensors import Tensor, apply
 from ._args import _is_int, _t
 
 
@@ -56,18 +57,18 @@ def transpose(x: Any, pattern: Sequence[int | str]) -> Tensor:
 
 def expand_dims(x: Any, axis: int | Sequence[int]) -> Tensor:
     """Insert length-1 axes at `axis` (an int or a list)."""
-    return apply(OPS["expand_dims"], x, axis=_shape_arg((axis,)) if isinstance(axis, int)
-                 else _shape_arg(axis))
+    return apply(OPS["expand_dims"], x, axis=shape_arg((axis,)) if isinstance(axis, int)
+                 else shape_arg(axis))
 
 
 def squeeze(x: Any, axis: int | Sequence[int] | None = None) -> Tensor:
     """Remove length-1 axes (all of them, or those in `axis`)."""
-    axis = None if axis is None else _shape_arg((axis,) if isinstance(axis, int) else axis)
+    axis = None if axis is None else shape_arg((axis,) if isinstance(axis, int) else axis)
     return apply(OPS["squeeze"], x, axis=axis)
 
 
 def broadcast_to(x: Any, shape: Sequence[int]) -> Tensor:
-    return apply(OPS["broadcast_to"], x, shape=_shape_arg(shape))
+    return apply(OPS["broadcast_to"], x, shape=shape_arg(shape))
 
 
 def concat(inps: Sequence[Any], axis: int = 0) -> Tensor:
@@ -108,7 +109,7 @@ def split(x: Any, nsplits_or_sections: int | Sequence[int], axis: int = 0) -> li
 
 
 def tile(x: Any, reps: Sequence[int]) -> Tensor:
-    reps = _shape_arg(reps)
+    reps = shape_arg(reps)
     if min(reps, default=0) < 0:  # jax would fail only when compiling, with an MLIR error
         raise bad_argument(f"tile: reps {reps} must be >= 0.")
     return apply(OPS["tile"], x, reps=reps)
@@ -296,9 +297,9 @@ def meshgrid(*inputs: Any, indexing: str = "xy") -> tuple[Tensor, ...]:
 
 
 # ----- selections with data-dependent sizes ------------------------------------------------------
-# Their results are ragged (eager/ragged.py): padded to a capacity, the count read on the host in
-# eager code (kept on the device for a small source) and traced inside a region. With ragged off
-# (`eg.set_ragged_buckets(None)`) the count is read on the host (a region raises
+# Their results are ragged (eager/core/ragged.py): padded to a capacity, the count read on the
+# host in eager code (kept on the device for a small source) and traced inside a region. With
+# ragged off (`eg.set_ragged_buckets(None)`) the count is read on the host (a region raises
 # `ValueReadError` there, or breaks) and becomes a static attribute: one program per count.
 def _count(x: Tensor, fn: str) -> int:
     return int(apply(OPS["count_nonzero"], x)._scalar(f"{fn} (its output size is a count of "

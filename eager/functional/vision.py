@@ -3,7 +3,7 @@ the image functions this project has, which are also flat names of `eager.functi
 
 Defined here: the geometric warps (remap, warp_affine, warp_perspective), colour conversion
 (cvt_color) and FlowNet's correlation, with MegEngine 1.13's signatures and CPU rules (the ops
-are in `eager/ops/warp.py`, `color.py` and `correlation.py`). Re-exported: interpolate and the
+are in `eager/core/ops/warp.py`, `color.py` and `correlation.py`). Re-exported: interpolate and the
 detection functions (roi_align, roi_pooling, nms).
 """
 
@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ..op_errors import bad_argument, number
-from ..ops import OPS
-from ..ops.color import MODES
-from ..tensors import Tensor, apply
+from ..core.op_errors import bad_argument, number
+from ..core.ops import OPS
+from ..core.ops.color import MODES
+from ..core.tensors import Tensor, apply
 from . import _warp_checks as check
 from ._args import _t
 from ._detection import _real, nms, roi_align, roi_pooling

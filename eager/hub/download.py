@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ..user_frame import describe_location, user_location
+from ..core.user_frame import describe_location, user_location
 from .const import HTTP_READ_TIMEOUT
 from .exceptions import DownloadError
 

@@ -3,7 +3,7 @@ Each message names the repository, entry or URL and says what to do."""
 
 from __future__ import annotations
 
-from ..errors import EagerError
+from ..core.errors import EagerError
 
 
 class FetcherError(EagerError, RuntimeError):

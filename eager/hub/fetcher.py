@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 
-from ..user_frame import describe_location, user_location
+from ..core.user_frame import describe_location, user_location
 from .cache import hub_dir
 from .const import DEFAULT_BRANCH_NAME, PROTOCOLS
 from .exceptions import GitCheckoutError, GitPullError, InvalidGitHost, InvalidProtocol, InvalidRepo

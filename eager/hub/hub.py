@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from ..serialization import load as _load_file
+from ..serialization.files import load as _load_file
 from .cache import cached_file
 from .const import DEFAULT_GIT_HOST, DEFAULT_PROTOCOL, HUBCONF, HUBDEPENDENCY
 from .download import download

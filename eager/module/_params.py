@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..creation import zeros
-from ..tensors import Parameter
+from ..core.creation import zeros
+from ..core.tensors import Parameter
 from . import init
 
 Ints = int | Sequence[int]  # a size of every spatial axis, or one per axis

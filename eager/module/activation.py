@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import functional as F
-from ..creation import full
-from ..errors import OpArgumentError
-from ..tensors import Parameter, Tensor
+from ..core.creation import full
+from ..core.errors import OpArgumentError
+from ..core.tensors import Parameter, Tensor
 from .module import Module
 
 

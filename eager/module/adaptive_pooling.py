@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import functional as F
-from ..tensors import Tensor
+from ..core.tensors import Tensor
 from ._params import Ints
 from .module import Module
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .. import distributed as dist
 from .. import functional as F
-from ..context import atomic
-from ..creation import ones, zeros
-from ..errors import OpArgumentError
-from ..ops import OPS
-from ..tensors import Parameter, Tensor, apply, rebind
+from ..core.context import atomic
+from ..core.creation import ones, zeros
+from ..core.errors import OpArgumentError
+from ..core.ops import OPS, collective
+from ..core.process_group import get_world_size
+from ..core.tensors import Parameter, Tensor, apply, rebind
 from .module import Module
 
 
@@ -115,15 +115,15 @@ class SyncBatchNorm(_BatchNorm):
     _ndims = (2, 3, 4)
 
     def _normalize(self, x: Tensor) -> Tensor:
-        world, track = dist.get_world_size(), self._tracking()
+        world, track = get_world_size(), self._tracking()
         if world == 1 or not (self.training or not track):
             return super()._normalize(x)
         axes = (0, *range(2, x.ndim))
         count = (x.size // x.shape[1]) * world
         channel = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-        mean = dist.functional.all_reduce_sum(x.sum(axis=axes)) / count
+        mean = apply(collective.all_reduce_sum, x.sum(axis=axes)) / count
         centered = x - mean.reshape(channel)
-        var = dist.functional.all_reduce_sum((centered * centered).sum(axis=axes)) / count
+        var = apply(collective.all_reduce_sum, (centered * centered).sum(axis=axes)) / count
         y = centered * F.rsqrt(var + self.eps).reshape(channel)
         if self.weight is not None:
             y = y * self.weight.reshape(channel)

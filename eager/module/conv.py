@@ -5,17 +5,19 @@ Parameters are stored in MegEngine's shapes, so its state dicts and optimizer ch
 by position: a grouped convolution's weight (`groups > 1`) has a leading groups axis,
 (groups, out/groups, in/groups, *kernel), or (groups, in/groups, out/groups, *kernel)
 transposed; a bias is (1, out, 1, ...). PyTorch's flat weights and (out,) biases load into
-them too (`foreign_layouts.py`). Weights start as MegEngine's, N(0, 1 / fan_in), and
+them too (`_load_layouts`). Weights start as MegEngine's, N(0, 1 / fan_in), and
 biases at zero.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import functional as F
-from ..errors import OpArgumentError
-from ..tensors import Tensor
+from ..core.errors import OpArgumentError
+from ..core.tensors import Tensor
+from ..serialization import layouts
 from . import init
 from ._params import Ints, _bias, _tuple, _weight
 from .module import Module
@@ -47,6 +49,15 @@ class _ConvNd(Module):
         cin_g = self.in_channels // self.groups
         return (_grouped(self.groups, self.out_channels, cin_g, self.kernel_size),
                 self.in_channels * math.prod(self.kernel_size))
+
+    def _load_layouts(self, state: dict[str, Any], prefix: str) -> None:
+        """A grouped weight stored flat (PyTorch's), or a flat one grouped, of these groups."""
+        super()._load_layouts(state, prefix)
+        groups = self.groups
+        # `getattr`: a reparametrisation (the zoo's spectral norm) may delete `weight`
+        layouts.reshape(state, f"{prefix}weight", getattr(self, "weight", None),
+                        lambda got, want: layouts.grouped(got, want) and
+                        (got if len(got) > len(want) else want)[0] == groups)
 
     def _extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "

@@ -10,7 +10,7 @@ state-dict keys are `weight` and `bias`); the other two hold a `conv` and a `bn`
 from __future__ import annotations
 
 from .. import functional as F
-from ..tensors import Tensor
+from ..core.tensors import Tensor
 from ._params import Ints
 from .batchnorm import BatchNorm2d
 from .conv import Conv2d

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .. import functional as F
 from .. import random
-from ..errors import OpArgumentError
-from ..tensors import Tensor
+from ..core.errors import OpArgumentError
+from ..core.tensors import Tensor
 from .module import Module
 
 

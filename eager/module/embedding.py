@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from .. import functional as F
-from ..creation import zeros
-from ..tensors import Parameter, Tensor
+from ..core.creation import zeros
+from ..core.tensors import Parameter, Tensor
 from . import init
 from .module import Module
 

@@ -16,9 +16,9 @@ import weakref
 import jax.numpy as jnp
 
 from .. import random
-from ..device import commit
-from ..op_errors import bad_argument
-from ..tensors import Tensor, _wrap, rebind
+from ..core.device import commit
+from ..core.op_errors import bad_argument
+from ..core.tensors import Tensor, _wrap, rebind
 
 _LINEAR = ("linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "conv_transpose3d", "sigmoid")

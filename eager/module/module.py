@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import context
-from ..device import commit
-from ..tensors import Parameter, Tensor, _wrap, rebind
+from ..core import context
+from ..core.device import commit
+from ..core.tensors import Parameter, Tensor, _wrap, rebind
+from ..serialization.layouts import per_channel
 from .hooks import HookDict, HookHandler, run_with_hooks
 
 
@@ -269,15 +270,23 @@ class Module:
         (BatchNorm statistics and affine parameters, convolution biases), so MegEngine state
         dicts load. `state_dict()` keeps the 1-d shape. MegEngine's other layouts (grouped
         conv weights, flattened LayerNorm, packed RNN and attention weights) are converted and
-        PyTorch's `num_batches_tracked` dropped, see `eager.module.foreign_layouts`. With
+        PyTorch's `num_batches_tracked` dropped, each layer its own (`_load_layouts`). With
         `strict`, missing or unexpected names raise `KeyError`.
         """
-        from .foreign_layouts import convert  # it imports the layers, which import this module
-
-        state = convert(self, state)
+        state = dict(state)
+        for prefix, m in self.named_modules():
+            m._load_layouts(state, f"{prefix}." if prefix else "")
         own = dict(self.named_parameters()) | dict(self.named_buffers())
         with context.atomic():  # all loaded, or (Ctrl-C before it starts) none
             self._load(own, state, strict)
+
+    def _load_layouts(self, state: dict[str, Any], prefix: str) -> None:
+        """Convert, in `state`, this module's own entries (`prefix` + name) that another
+        framework stores in a layout of its own (the rules: `eager.serialization.layouts`); a
+        layer stored so overrides it. Here: PyTorch's `num_batches_tracked`, beside running
+        statistics, which nothing here uses, is dropped."""
+        if hasattr(self, "running_mean"):
+            state.pop(f"{prefix}num_batches_tracked", None)
 
     @staticmethod
     def _load(own: dict[str, Tensor], state: dict[str, Any], strict: bool) -> None:
@@ -291,7 +300,7 @@ class Module:
                 continue
             t = own[name]
             arr = np.asarray(value.numpy() if isinstance(value, Tensor) else value)
-            if _per_channel(arr.shape, t.shape):
+            if per_channel(arr.shape, t.shape):
                 arr = arr.reshape(t.shape)
             if arr.shape != t.shape:
                 raise ValueError(f"load_state_dict: {name!r} has shape {arr.shape} in the state "
@@ -318,19 +327,6 @@ def _train_one(m: Module, mode: bool) -> None:
         m.train(mode, recursive=False)
     else:
         m.train(mode)
-
-
-def _per_channel(got: tuple[int, ...], want: tuple[int, ...]) -> bool:
-    """Whether `got` and `want` are two layouts of one per-channel vector: PyTorch's (C,) and
-    MegEngine's (1, C, 1, ..., 1), either way round (also between two such shapes)."""
-    def channels(shape: tuple[int, ...]) -> int | None:
-        if len(shape) == 1:
-            return shape[0]
-        ok = len(shape) >= 3 and all(d == 1 for i, d in enumerate(shape) if i != 1)
-        return shape[1] if ok else None
-
-    c = channels(want)
-    return got != want and c is not None and channels(got) == c
 
 
 def _expand(name: str, value: Any) -> Iterator[tuple[str, Any]]:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from .. import functional as F
-from ..creation import zeros
-from ..tensors import Parameter, Tensor
+from ..core.creation import zeros
+from ..core.tensors import Parameter, Tensor
+from ..serialization import layouts
 from ._params import _param
 from .linear import Linear
 from .module import Module
@@ -42,6 +47,23 @@ class MultiHeadAttention(Module):
         n, h, length, d = o.shape
         out = self.out_proj(o.transpose(0, 2, 1, 3).reshape(n, length, h * d))
         return (out if self.batch_first else out.transpose(1, 0, 2)), None
+
+    def _load_layouts(self, state: dict[str, Any], prefix: str) -> None:
+        """MegEngine's `io_weight_bias` (1, 4E*E [+ 4E]): the query, key, value and output
+        projections, each stored (in, out), so transposed, then their four biases."""
+        super()._load_layouts(state, prefix)
+        if f"{prefix}io_weight_bias" not in state:
+            return
+        packed = layouts.array(state.pop(f"{prefix}io_weight_bias")).reshape(-1)
+        e, bias = self.embed_dim, self.in_proj_bias is not None
+        shapes: list[tuple[str, tuple[int, ...]]] = [(n, (e, e)) for n in ("q", "k", "v", "o")]
+        shapes += [(f"b{n}", (e,)) for n in ("q", "k", "v", "o")] if bias else []
+        got = dict(layouts.pieces(packed, shapes, f"{prefix}io_weight_bias"))
+        state[f"{prefix}in_proj_weight"] = np.concatenate([got[k].T for k in "qkv"])
+        state[f"{prefix}out_proj.weight"] = got["o"].T
+        if bias:
+            state[f"{prefix}in_proj_bias"] = np.concatenate([got[f"b{k}"] for k in "qkv"])
+            state[f"{prefix}out_proj.bias"] = got["bo"]
 
     def _heads(self, t: Tensor) -> Tensor:
         n, length, e = t.shape

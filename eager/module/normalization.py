@@ -4,10 +4,12 @@ GroupNorm, InstanceNorm and LayerNorm."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .. import functional as F
-from ..creation import ones, zeros
-from ..tensors import Parameter, Tensor
+from ..core.creation import ones, zeros
+from ..core.tensors import Parameter, Tensor
+from ..serialization import layouts
 from ._params import _tuple
 from .module import Module
 
@@ -56,3 +58,9 @@ class LayerNorm(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.affine, self.weight, self.bias, self.eps)
+
+    def _load_layouts(self, state: dict[str, Any], prefix: str) -> None:
+        """MegEngine stores the weight and bias of a 2-d or larger shape flattened."""
+        super()._load_layouts(state, prefix)
+        layouts.reshape(state, f"{prefix}weight", getattr(self, "weight", None), layouts.flat)
+        layouts.reshape(state, f"{prefix}bias", getattr(self, "bias", None), layouts.flat)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import functional as F
-from ..tensors import Tensor
+from ..core.tensors import Tensor
 from .module import Module
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import jax
 
 from .. import functional as F
-from ..creation import zeros
-from ..errors import OpArgumentError
-from ..tensors import Parameter, Tensor
+from ..core.creation import zeros
+from ..core.errors import OpArgumentError
+from ..core.tensors import Parameter, Tensor
+from ..serialization import layouts
 from . import init
 from .module import Module
 
@@ -192,6 +193,30 @@ class _RNNBase(Module):
     @property
     def _suffixes(self) -> tuple[str, ...]:
         return ("", "_reverse") if self.bidirectional else ("",)
+
+    def _load_layouts(self, state: dict[str, Any], prefix: str) -> None:
+        """MegEngine's `_flatten_weights` (gates*H, columns): its memory holds, for each layer
+        and direction in turn, weight_ih, weight_hh, bias_ih and bias_hh, each raveled (the
+        2-d shape only sizes the buffer). Its `cells.*` copies are dropped: MegEngine's forward
+        reads only the flat buffer, so they hold the initial values."""
+        super()._load_layouts(state, prefix)
+        if f"{prefix}_flatten_weights" not in state:
+            return
+        for key in [k for k in state if k.startswith(f"{prefix}cells.")]:
+            del state[key]
+        gates, h = _GATES[self._mode] * self.hidden_size, self.hidden_size
+        shapes: list[tuple[str, tuple[int, ...]]] = []
+        for layer in range(self.num_layers):
+            size = self.input_size if layer == 0 else h * self._directions
+            for suffix in self._suffixes:
+                shapes += [(f"weight_ih_l{layer}{suffix}", (gates, size)),
+                           (f"weight_hh_l{layer}{suffix}", (gates, h))]
+                if self.bias:
+                    shapes += [(f"bias_ih_l{layer}{suffix}", (gates,)),
+                               (f"bias_hh_l{layer}{suffix}", (gates,))]
+        packed = layouts.array(state.pop(f"{prefix}_flatten_weights")).reshape(-1)
+        state.update((prefix + name, a) for name, a in
+                     layouts.pieces(packed, shapes, f"{prefix}_flatten_weights"))
 
     def _weights(self, layer: int, suffix: str) -> tuple:
         name = f"l{layer}{suffix}"

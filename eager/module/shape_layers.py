@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import functional as F
-from ..errors import OpArgumentError
-from ..tensors import Tensor
+from ..core.errors import OpArgumentError
+from ..core.tensors import Tensor
 from .module import Module
 
 

@@ -4,7 +4,7 @@ im2col and col2im as layers, over `F.sliding_window` and `F.sliding_window_trans
 from __future__ import annotations
 
 from .. import functional as F
-from ..tensors import Tensor
+from ..core.tensors import Tensor
 from ._params import Ints
 from .module import Module
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..creation import full_like, zeros
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.creation import full_like, zeros
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from .optimizer import Optimizer, Params, require
 
 

@@ -11,10 +11,10 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ..creation import zeros
-from ..errors import OpArgumentError, OpTypeError
-from ..ops import OPS
-from ..tensors import Tensor, apply, rebind
+from ..core.creation import zeros
+from ..core.errors import OpArgumentError, OpTypeError
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply, rebind
 
 
 def _with_grads(name: str, params: Tensor | Iterable[Tensor]) -> list[Tensor]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ..creation import zeros, zeros_like
-from ..ops import OPS
-from ..tensors import Tensor, apply
+from ..core.creation import zeros, zeros_like
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply
 from .optimizer import Optimizer, Params, require
 
 

@@ -8,11 +8,12 @@ base lr) by a factor rising linearly to 1 over the first `warmup_steps` steps; P
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import OpArgumentError
+from ..core.errors import OpArgumentError
 from .optimizer import Optimizer, require
 
 
@@ -304,9 +305,23 @@ class OneCycleLR(LRScheduler):
                 g["momentum"] = m
 
 
-# MultiStepLR's code is in `multi_step_lr.py`, as in MegEngine; it is here too, with the rest of the
-# schedules, for PyTorch's `lr_scheduler.MultiStepLR`. Imported last: it subclasses LRScheduler.
-from .multi_step_lr import MultiStepLR  # noqa: E402
+class MultiStepLR(LRScheduler):
+    """lr = base * gamma ** (number of milestones <= epoch)."""
+
+    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
+                 last_epoch: int = -1,
+                 current_epoch: int | None = None):
+        self.milestones, self.gamma = sorted(milestones), gamma
+        super().__init__(optimizer, last_epoch, current_epoch)
+
+    def lr_at(self, base_lr: float, epoch: int, group: int) -> float:
+        return base_lr * self.gamma ** bisect.bisect_right(self.milestones, epoch)
+
+
+# Here with the other schedules, as PyTorch's `lr_scheduler` has it; MegEngine's home of it is
+# `multi_step_lr` (which re-exports it), and that is where pickles and reprs name it.
+MultiStepLR.__module__ = "eager.optimizer.multi_step_lr"
+
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "CosineAnnealingLR", "LambdaLR",
            "ExponentialLR", "LinearLR", "LinearWarmup", "OneCycleLR"]

@@ -11,13 +11,13 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from .. import context
-from ..amp_policy import pending_skip
-from ..device import commit
-from ..errors import CheckpointError, OpArgumentError
-from ..module.foreign_layouts import fit
-from ..ops import OPS
-from ..tensors import Tensor, _wrap, apply, rebind
+from ..core import context
+from ..core.amp_policy import pending_skip
+from ..core.device import commit
+from ..core.errors import CheckpointError, OpArgumentError
+from ..core.ops import OPS
+from ..core.tensors import Tensor, _wrap, apply, rebind
+from ..serialization.layouts import fit
 
 
 class ParamGroup(dict):

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from .. import ragged_forms
-from ..errors import OpTypeError
-from ..op_errors import bad_argument, checked_shape
-from ..ops import OPS
-from ..tensors import Tensor, apply, rebind
+from ..core import ragged_forms
+from ..core.errors import OpTypeError
+from ..core.op_errors import bad_argument, checked_shape
+from ..core.ops import OPS
+from ..core.tensors import Tensor, apply, rebind
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-    from ..device import DeviceLike
+    from ..core.device import DeviceLike
 
 Size = int | Sequence[int] | None  # a draw's shape: one length, one per axis, or () for None
 _P = ParamSpec("_P")

@@ -9,7 +9,7 @@ import pytest
 
 import eager as eg
 import eager.distributed as dist
-from eager.errors import DistributedError
+from eager.core.errors import DistributedError
 
 from ..helpers import computed_once, json_of_module
 from . import training, workers

@@ -12,7 +12,7 @@ import pytest
 
 import eager as eg
 import eager.distributed as dist
-from eager.errors import DistributedError, WorkerError
+from eager.core.errors import DistributedError, WorkerError
 
 from ..helpers import computed_once
 from . import workers

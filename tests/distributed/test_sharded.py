@@ -14,7 +14,7 @@ import eager as eg
 import eager.distributed as dist
 import eager.module as M
 import eager.optimizer as optim
-from eager.errors import DistributedError
+from eager.core.errors import DistributedError
 
 from ..helpers import computed_once, json_of_module
 from . import sharded_check, training, workers
@@ -99,7 +99,7 @@ def test_stage_one_splits_the_state_and_leaves_parameters_replicated():
 
 def test_stage_two_lays_gradients_out_as_the_state_and_replicate_undoes_it():
     from eager.autodiff import GradManager
-    from eager.device import grad_layout
+    from eager.core.device import grad_layout
 
     net, opt = _model()
     dist.shard_params([net, opt], stage=2, min_size=64)
@@ -149,7 +149,7 @@ def test_a_tensor_keeps_its_layout_through_rebind_unless_told_otherwise():
 def test_a_gradient_layout_goes_with_its_tensor():
     import gc
 
-    from eager import device
+    from eager.core import device
 
     t = eg.ones((8,))
     device.set_grad_layout(t, dist.replicate(eg.ones((8,))).sharding)

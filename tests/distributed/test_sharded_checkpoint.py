@@ -22,8 +22,8 @@ import pytest
 import eager as eg
 import eager.module as M
 import eager.optimizer as optim
+from eager.core.errors import CheckpointError
 from eager.distributed.checkpoint import checkpoint_steps, load_checkpoint, save_checkpoint
-from eager.errors import CheckpointError
 
 from ..helpers import fresh_env, json_of_module
 from . import checkpoint_workers as workers

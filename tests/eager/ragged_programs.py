@@ -77,7 +77,7 @@ PROGRAMS = {
         F.concat([_sel(x, m), _sel(x, m) * 2]).mean(axis=1).sum() + 1,
         F.sort(_sel(x, m)[:, 0])[0], F.cumsum(_sel(x, m), axis=0)),
     "numpy": lambda x, w, m, lab: (_sel(x, m).sum(), eg.tensor(_sel(x, m).numpy() + 1)),
-    # ops whose result's length is not their input's (eager/ragged_forms.py)
+    # ops whose result's length is not their input's (eager/core/ragged_forms.py)
     "concat rows": lambda x, w, m, lab: _concat_rows(x, w, m),
     "slices": lambda x, w, m, lab: (
         (_sel(x, m)[:-1] * 2).sum() + _sel(x, m)[1:].mean(axis=1).sum()

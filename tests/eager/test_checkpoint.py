@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 import eager as eg
-import eager.checkpoint_format as checkpoint_format
 import eager.module as M
 import eager.optimizer as optim
-import eager.serialization as serialization
+import eager.serialization.checkpoint_format as checkpoint_format
+import eager.serialization.files as serialization
 from eager.autodiff import GradManager
 
 
@@ -616,8 +616,8 @@ def test_threads_saving_to_one_path_never_collide_and_readers_see_whole_files(tm
 _STALLED_WRITER = """
 import sys, time
 import eager as eg
-import eager.checkpoint_format as checkpoint_format
-import eager.serialization as serialization
+import eager.serialization.checkpoint_format as checkpoint_format
+import eager.serialization.files as serialization
 
 def stall(f, obj):  # write a megabyte of the temp file, say so, then wait to be killed
     f.write(bytes(1 << 20))

@@ -10,7 +10,7 @@ import pytest
 
 import eager as eg
 import eager.optimizer as optim
-from eager.errors import OpArgumentError, OpTypeError
+from eager.core.errors import OpArgumentError, OpTypeError
 
 
 def _with_grads(rng, shapes=((3,), (2, 2), (4,))):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eager.ops.lean_grads import gelu, standardize
+from eager.core.ops.lean_grads import gelu, standardize
 
 DTYPES = {"float32": (jnp.float32, 1e-5), "bfloat16": (jnp.bfloat16, 2e-2)}
 

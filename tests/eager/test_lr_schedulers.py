@@ -11,7 +11,7 @@ import pytest
 
 import eager as eg
 import eager.optimizer as optim
-from eager.errors import OpArgumentError
+from eager.core.errors import OpArgumentError
 from eager.optimizer import lr_scheduler
 
 # ----- StepLR, MultiStepLR, CosineAnnealingLR, LambdaLR: closed forms, state dicts ----------------

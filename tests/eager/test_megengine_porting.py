@@ -20,7 +20,7 @@ import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
-from eager.errors import OpArgumentError
+from eager.core.errors import OpArgumentError
 from tests.helpers import examples, randn_array
 
 FEW = examples(4)

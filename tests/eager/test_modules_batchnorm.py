@@ -13,7 +13,7 @@ import pytest
 import eager as eg
 import eager.module as M
 from eager.autodiff import GradManager
-from eager.errors import OpArgumentError
+from eager.core.errors import OpArgumentError
 from tests.helpers import normal
 
 from .op_check import check_vjp

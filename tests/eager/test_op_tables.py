@@ -1,18 +1,18 @@
 """The tables keyed by op name name registered ops: renaming or removing an op in the registry
-(`eager.ops.OPS`) must not silently drop its autocast rule or its argument checks, since a table
+(`eager.OPS`) must not silently drop its autocast rule or its argument checks, since a table
 looks an op up by name and a key naming no op is simply never found."""
 
 import pytest
 
 import eager  # noqa: F401  (registers every op, the collectives of eager.distributed included)
-from eager.amp_policy import POLICY
-from eager.op_checks import _CHECKS
-from eager.ops import OPS
+from eager.core.amp_policy import POLICY
+from eager.core.op_checks import _CHECKS
+from eager.core.ops import OPS
 
 # The tables, with where they live for the failure message. `_CHECKS` also holds the checks a
 # functional wrapper runs before its call (`op_errors.require("conv:before", ...)`), keyed
 # "<op>:<phase>".
-TABLES = {"POLICY (eager/amp_policy.py)": POLICY, "_CHECKS (eager/op_checks.py)": _CHECKS}
+TABLES = {"POLICY (eager/core/amp_policy.py)": POLICY, "_CHECKS (eager/core/op_checks.py)": _CHECKS}
 PHASES = ("before",)
 
 
@@ -29,7 +29,7 @@ def stale_keys(table):
 def test_every_key_names_a_registered_op(where):
     stale = stale_keys(TABLES[where])
     assert not stale, (
-        f"{where} has keys that name no op in eager.ops.OPS: {stale}. An op was renamed or "
+        f"{where} has keys that name no op in eager.OPS: {stale}. An op was renamed or "
         "removed: key its entry by the op's new name (or drop it with the op).")
 
 

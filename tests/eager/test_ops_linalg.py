@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import eager as eg
 import eager.functional as F
 from eager.autodiff import GradManager
-from eager.errors import OpArgumentError, OpTypeError
+from eager.core.errors import OpArgumentError, OpTypeError
 from tests.helpers import examples, randn_array
 
 from .op_check import assert_close, check_op

@@ -1,4 +1,4 @@
-"""Elementwise math, activations, `normalize` and the losses of eager/ops/losses.py: each op's
+"""Elementwise math, activations, `normalize` and the losses of eager/core/ops/losses.py: each op's
 value against an independent jnp reference and its gradient against `jax.vjp` of that reference,
 with hypothesis over shapes, broadcasting and dtypes for the elementwise ops; the gradients at
 the activations' kinks against PyTorch's conventions; the `IndexError` for out-of-range class
@@ -19,7 +19,7 @@ from jax.scipy.special import erf, erfinv
 import eager as eg
 import eager.functional as F
 from eager.autodiff import GradManager
-from eager.errors import OpArgumentError
+from eager.core.errors import OpArgumentError
 from partial import partial_trace
 from tests.helpers import examples
 

@@ -1,4 +1,4 @@
-"""Ragged tensors (data-dependent selections padded to a capacity, eager/ragged.py) against the
+"""Ragged tensors (data-dependent selections padded to a capacity, eager/core/ragged.py) against the
 same programs on exact arrays: values and gradients over random masks (counts 0, 1, all and in
 between), in eager code. The exact path is what `eg.set_ragged_buckets(None)` runs, whose ops
 are checked against jax in the other op tests; the regions' side is tests/partial/test_ragged.py.
@@ -132,7 +132,7 @@ def test_small_sources_keep_the_count_on_the_device():
 
 
 def test_capacities_follow_the_ladder():
-    from eager.ragged import capacity
+    from eager.core.ragged import capacity
 
     assert [capacity(n, 1000) for n in (0, 1, 2, 3, 5, 9, 100, 513)] == [
         0, 1, 2, 4, 8, 16, 128, 1000]
@@ -234,7 +234,7 @@ def test_compiles_stop_once_the_buckets_are_seen(path):
 
 
 def test_a_zero_dimensional_mask_is_a_clear_error():
-    from eager.errors import OpIndexError
+    from eager.core.errors import OpIndexError
 
     x = eg.tensor(np.arange(3.0, dtype=np.float32))
     for mask in (True, eg.tensor(True), np.bool_(False)):

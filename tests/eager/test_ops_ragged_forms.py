@@ -1,4 +1,4 @@
-"""Ragged results whose length is not their input's (eager/ragged_forms.py): concatenations,
+"""Ragged results whose length is not their input's (eager/core/ragged_forms.py): concatenations,
 slices, top-k and sorts, NMS, scatters through a selection, and tensors made at a count read
 from the data. Values and gradients are checked against the exact arrays in
 tests/eager/ragged_programs.py (the programs "concat rows", "slices", "topk sort",

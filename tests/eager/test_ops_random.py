@@ -15,7 +15,7 @@ import pytest
 import eager as eg
 import eager.functional as F
 import eager.random.rng
-from eager.errors import OpArgumentError, OpTypeError
+from eager.core.errors import OpArgumentError, OpTypeError
 from partial import partial_trace, xla_trace
 from tests.partial.differential import World, check_against_eager
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import eager as eg
 import eager.functional as F
 from eager.autodiff import GradManager
-from eager.errors import OpArgumentError, OpTypeError
+from eager.core.errors import OpArgumentError, OpTypeError
 from partial import ValueReadError, partial_trace, xla_trace
 from tests.helpers import examples
 

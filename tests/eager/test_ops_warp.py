@@ -180,7 +180,7 @@ def perspective(rng, n, extent, spread=0.3):
 
 # ----- the border rules ---------------------------------------------------------------------------
 def test_border_rules_match_the_mirroring_loop():
-    from eager.ops.warp import border_index
+    from eager.core.ops.warp import border_index
 
     p = np.arange(-23, 24, dtype=np.int32)
     for n in (1, 2, 3, 5):

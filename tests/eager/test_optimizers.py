@@ -12,7 +12,7 @@ import pytest
 
 import eager as eg
 import eager.optimizer as optim
-from eager.errors import OpArgumentError
+from eager.core.errors import OpArgumentError
 
 RTOL, ATOL = 1e-5, 1e-6
 SHAPES = [(3,), (2, 2)]

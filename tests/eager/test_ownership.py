@@ -1,4 +1,4 @@
-"""Donation by ownership (`eager.ownership`): an optimizer update consumes a parameter's buffer
+"""Donation by ownership (`eager.core.ownership`): an optimizer update consumes a parameter's buffer
 only when the framework's record says nothing else holds it, and copies it otherwise.
 
 Each holder the framework knows is checked both ways: while it holds the array, the update
@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import eager as eg
 from eager import GradManager
 from eager import optimizer as optim
-from eager.ownership import sole
+from eager.core.ownership import sole
 
 SHAPE = (16, 16)
 

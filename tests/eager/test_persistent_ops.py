@@ -1,4 +1,4 @@
-"""Eager ops' executables on disk, keyed before tracing (`eager/ops/persistent.py`): a program
+"""Eager ops' executables on disk, keyed before tracing (`eager/core/ops/persistent.py`): a program
 stored by one op object loads into a fresh one (what a new process does) without tracing, equal
 to the compiled one; every part of the key separates programs; a damaged or foreign entry is
 compiled anew; what cannot be keyed runs through the plain jit."""
@@ -14,8 +14,8 @@ import pytest
 
 import eager as eg
 import partial
-from eager.ops import Op
-from eager.ops import persistent as P
+from eager.core.ops import Op
+from eager.core.ops import persistent as P
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -253,7 +253,7 @@ def test_a_second_process_trains_bit_for_bit_as_the_first(tmp_path):
 def test_filled_and_ranged_tensors_load_their_programs_as_ops_do(cache, events):
     """`eg.full`, `eg.zeros`, `eg.arange` run programs of their own outside any op: a new
     process loads them by their shape, dtype and bounds, and the values are numpy's."""
-    from eager import creation
+    from eager.core import creation
 
     made = []
     for _ in range(2):  # each time what a new process has: no program objects yet

@@ -11,8 +11,8 @@ import eager as eg
 import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
-from eager import profiling
 from eager.autodiff import GradManager
+from eager.core import profiling
 from partial import partial_trace, xla_trace
 
 

@@ -1,5 +1,5 @@
-"""Tensor methods in PyTorch's and MegEngine's spellings (eager/tensor_methods.py): shape views,
-copies and casts, `to`, in-place arithmetic (eager, under a GradManager, and inside regions
+"""Tensor methods in PyTorch's and MegEngine's spellings (eager/core/tensor_methods.py): shape
+views, copies and casts, `to`, in-place arithmetic (eager, under a GradManager, and inside regions
 against eager) and `requires_grad` / `detach_`.
 
 Values are checked against numpy and gradients against `jax.vjp` of an independent jnp
@@ -17,7 +17,7 @@ import eager as eg
 import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
-from eager.errors import OpArgumentError, OpTypeError
+from eager.core.errors import OpArgumentError, OpTypeError
 from partial import partial_trace, xla_trace
 from tests.helpers import examples, randn_array
 from tests.partial.differential import World, check_against_eager

@@ -7,7 +7,7 @@ import pytest
 import eager as mge
 import eager.functional as F
 from eager.autodiff import Function, GradManager
-from eager.errors import BackwardError
+from eager.core.errors import BackwardError
 
 
 def test_backward_of_a_scalar_fills_grad_of_attached_tensors():

@@ -295,7 +295,7 @@ def test_a_negative_axis_is_the_axis_from_the_end(fn):
 
 
 def test_one_hot_of_a_label_out_of_range_is_an_index_error():
-    from eager.errors import OpIndexError
+    from eager.core.errors import OpIndexError
 
     with pytest.raises(OpIndexError, match=r"one_hot: label 5 is out of range for 3 classes"):
         F.one_hot(mge.tensor(np.array([0, 5], np.int32)), 3)
@@ -309,7 +309,7 @@ def test_one_hot_of_a_label_out_of_range_is_an_index_error():
     ((1, 0), r"flatten: start_axis=1 comes after end_axis=0"),
 ])
 def test_flatten_axes_out_of_range_are_clear_errors(args, match):
-    from eager.errors import OpArgumentError
+    from eager.core.errors import OpArgumentError
 
     with pytest.raises(OpArgumentError, match=match):
         F.flatten(mge.tensor(np.ones((3, 4), np.float32)), *args)

@@ -153,7 +153,7 @@ def test_zero_grad_clears_parameter_grads():
 
 def test_batchnorm_built_without_statistics_cannot_start_tracking_later():
     """MegEngine refuses it too; silently tracking nothing hid the mistake."""
-    from eager.errors import OpArgumentError
+    from eager.core.errors import OpArgumentError
 
     bn = M.BatchNorm2d(3, track_running_stats=False)
     x = mge.tensor(np.random.default_rng(0).standard_normal((2, 3, 4, 4)).astype(np.float32))

@@ -15,7 +15,7 @@ kept as `megengine_bug` evidence):
   in MegEngine; here it means (n, n). An even `kernel_size` of correlation acts as the odd
   one below it in MegEngine; here it raises.
 - The fixed-point sampler (NHWC, 1 to 3 channels) rounds positions computed in double there,
-  in a float32 pair here (`eager/ops/warp.py`, Note [double positions]): they agree but for
+  in a float32 pair here (`eager/core/ops/warp.py`, Note [double positions]): they agree but for
   exact halves reached through a denominator that is not a power of two, where double's own
   rounding decides (20 of 4.8 million positions in a sweep of decimal matrices).
 """

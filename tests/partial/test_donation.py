@@ -1,5 +1,5 @@
 """Donation in `xla_trace` steps and after regions decided by the framework's ownership record
-(`eager.ownership`): holders beyond the ones in test_xla_trace.py's donation tests (a detached
+(`eager.core.ownership`): holders beyond the ones in test_xla_trace.py's donation tests (a detached
 tensor, a raw array) keep their values, and the step makes no copies once they let go."""
 
 import jax.numpy as jnp

@@ -11,7 +11,7 @@ import pytest
 
 import eager as eg
 import partial
-from eager import creation
+from eager.core import creation
 
 PRIMITIVE_PROGRAMS = ("jit(iota)", "jit(broadcast_in_dim)", "jit(stage)", "jit(mul)",
                       "jit(add)")

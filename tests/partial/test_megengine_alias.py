@@ -136,7 +136,7 @@ HOMES = [
      "eager.functional.elemwise"),
     ("megengine.functional.tensor", "concat", "eager.functional", "eager.functional.tensor"),
     ("megengine.functional.tensor", "roll", "eager.functional", "eager.functional.tensor"),
-    ("megengine.functional.tensor", "zeros", "eager", "eager.creation"),
+    ("megengine.functional.tensor", "zeros", "eager", "eager.core.creation"),
     ("megengine.functional.math", "sum", "eager.functional", "eager.functional.math"),
     ("megengine.functional.math", "topk", "eager.functional", "eager.functional.math"),
     ("megengine.functional.math", "matmul", "eager.functional", "eager.functional.math"),

@@ -13,7 +13,7 @@ import pytest
 import eager as eg
 import partial
 from eager.autodiff import GradManager
-from eager.ops import lean_grads
+from eager.core.ops import lean_grads
 from partial import segment_store
 from partial.segment_store import SegmentStore, describe
 from xla_segments import CompileOptions, Segment
@@ -47,7 +47,7 @@ def test_rules_of_jax_and_of_eager_are_keyed_by_name():
     for fn in (jax.nn.relu, jax.nn.gelu, lean_grads.gelu, lambda x: jnp.tanh(x @ x.T)):
         text = described(fn, X)
         assert text is not None and text == described(fn, X)
-    assert "eager.ops.lean_grads" in described(lean_grads.gelu, X)
+    assert "eager.core.ops.lean_grads" in described(lean_grads.gelu, X)
 
 
 def test_baked_constants_are_keyed_by_value():
@@ -203,7 +203,7 @@ def test_a_stretch_is_kept_by_its_records_unless_an_op_is_user_code(cache_dir):
     """A lazily recorded stretch (`lazy.py`) is described by its records: the ops' names,
     attributes (`...` and slices included) and inputs; an op whose function is the user's,
     or two ops of one name, keep it out."""
-    getitem = eg.ops.OPS["getitem"]
+    getitem = eg.OPS["getitem"]
     spec = (("spec", (Ellipsis, ("slice", None, 2, None))),)
     records = [(getitem, spec, ((1, 0),), False)]
     layout = ((1,), [True], (0,), True)

@@ -13,12 +13,12 @@ import tarfile
 import numpy as np
 import pytest
 
+from eager.core.errors import CheckpointError
 from eager.data.dataset import (
     CIFAR10,
     CIFAR100,
 )
 from eager.data.errors import DatasetNotFoundError
-from eager.errors import CheckpointError
 
 
 # ----- CIFAR --------------------------------------------------------------------------------------

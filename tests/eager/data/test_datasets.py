@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
+from eager.core.errors import CheckpointError
 from eager.data.dataset import (
     MNIST,
     ArrayDataset,
@@ -23,7 +24,6 @@ from eager.data.dataset import (
     VisionDataset,
 )
 from eager.data.errors import DatasetNotFoundError
-from eager.errors import CheckpointError
 
 
 # ----- containers ---------------------------------------------------------------------------------

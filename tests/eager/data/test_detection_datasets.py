@@ -12,10 +12,10 @@ import cv2
 import numpy as np
 import pytest
 
+from eager.core.errors import CheckpointError
 from eager.data.dataset import COCO, Objects365, PascalVOC, VisionDataset
 from eager.data.dataset.vision.meta_vision import VisionDataset as MetaVisionDataset
 from eager.data.errors import DatasetNotFoundError
-from eager.errors import CheckpointError
 
 
 def _pixels(seed: int, *shape: int) -> np.ndarray:

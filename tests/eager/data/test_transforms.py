@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import eager.data.transform as T
+from eager.core.errors import EagerError
 from eager.data.sample_rng import drawing_from, rng
-from eager.errors import EagerError
 
 ORDER = ("image", "boxes", "mask")
 

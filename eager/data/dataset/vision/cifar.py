@@ -3,8 +3,8 @@
 Note [CIFAR batches are data]: the archives hold Python 2 pickles of dicts (bytes keys, a uint8
 numpy array, lists of ints and bytes). Unpickling runs whatever globals a file names, so they
 are read with `_BatchUnpickler`, which admits only the numpy globals that rebuild arrays (the
-stand-ins of `eager.pickle_reader`) and raises `CheckpointError` for anything else. Archives are
-read member by member, never extracted, so nothing is written anywhere.
+stand-ins of `eager.serialization.pickle_reader`) and raises `CheckpointError` for anything
+else. Archives are read member by member, never extracted, so nothing is written anywhere.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ....errors import CheckpointError
-from ....pickle_reader import GLOBALS, _Dtype, finish, load
+from ....core.errors import CheckpointError
+from ....serialization.pickle_reader import GLOBALS, _Dtype, finish, load
 from ...errors import DatasetNotFoundError
 from .meta_vision import PathLike, VisionDataset, default_root, not_found
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ....errors import CheckpointError
+from ....core.errors import CheckpointError
 from ...errors import DatasetNotFoundError
 from .meta_vision import PathLike, VisionDataset
 

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from ....errors import CheckpointError
+from ....core.errors import CheckpointError
 from .meta_vision import PathLike, VisionDataset, default_root, not_found
 
 _IMAGES_MAGIC, _LABELS_MAGIC = 2051, 2049  # IDX: uint8 data, 3 and 1 dimensions

@@ -11,7 +11,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from ....errors import CheckpointError
+from ....core.errors import CheckpointError
 from ...errors import DatasetNotFoundError
 from .meta_vision import PathLike, VisionDataset, read_image
 

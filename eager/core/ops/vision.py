@@ -1,0 +1,87 @@
+"""Image ops beyond nn.py's: 3-d convolution, pixel shuffle and local response normalization.
+
+Adaptive max pooling and instance normalization need no op of their own: MegEngine's adaptive
+bins are a regular pooling window (`max_pool2d`), and instance normalization is a group
+normalization with one channel per group (`group_norm`); `eager/functional/_pool.py` and
+`_norm.py` compose them.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..conv_switch import conv_options, on_switch
+from .registry import defop
+
+
+def _conv_options(**_attrs):
+    """XLA's own convolutions on the CPU, as for the 2-d ones (`eager.set_conv_rewrites`)."""
+    return conv_options(jax.default_backend())
+
+
+@defop("conv3d", compiler_options=_conv_options)
+def conv3d(x, weight, bias, *, stride, padding, dilation, groups):
+    """Cross-correlation of NCDHW `x` with an (out, in / groups, kd, kh, kw) weight."""
+    y = lax.conv_general_dilated(
+        x, weight, window_strides=stride, padding=[(p, p) for p in padding],
+        rhs_dilation=dilation, dimension_numbers=("NCDHW", "OIDHW", "NCDHW"),
+        feature_group_count=groups,
+    )
+    return y if bias is None else y + bias.reshape((1, -1, 1, 1, 1))
+
+
+@on_switch
+def _rebuild_convolutions() -> None:
+    conv3d.drop_compiled()
+
+
+@defop("pixel_shuffle")
+def pixel_shuffle(x, *, factor):
+    """(..., C * r * r, H, W) -> (..., C, H * r, W * r): channel c * r * r + i * r + j goes to
+    row offset i and column offset j of output channel c (PyTorch's and MegEngine's order)."""
+    *batch, c, h, w = x.shape
+    r, lead = factor, len(batch)
+    y = x.reshape((*batch, c // (r * r), r, r, h, w))
+    axes = (*range(lead), lead, lead + 3, lead + 1, lead + 4, lead + 2)
+    return y.transpose(axes).reshape((*batch, c // (r * r), h * r, w * r))
+
+
+@defop("local_response_norm")
+def local_response_norm(x, *, size, k, alpha, beta):
+    """x / (k + alpha * s) ** beta, where s sums x ** 2 over the `size` channels centred on each
+    one (axis 1; channels past either end count as 0). MegEngine does not divide alpha by
+    `size`, as PyTorch does."""
+    half = size // 2
+    window = (1, size) + (1,) * (x.ndim - 2)
+    pads = [(0, 0), (half, half)] + [(0, 0)] * (x.ndim - 2)
+    s = lax.reduce_window(x * x, np.array(0, x.dtype), lax.add, window, (1,) * x.ndim, pads)
+    return x * jnp.power(k + alpha * s, -beta)
+
+
+def _windows(x, kernel, padding, stride, dilation):
+    """The (N, C, OH, OW, kh, kw) windows of NCHW `x`: XLA's patch extraction, whose features
+    come ordered (C, kh, kw)."""
+    n, c = x.shape[:2]
+    patches = lax.conv_general_dilated_patches(
+        x, kernel, stride, [(p, p) for p in padding], rhs_dilation=dilation,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    oh, ow = patches.shape[2:]
+    return patches.reshape(n, c, *kernel, oh, ow).transpose(0, 1, 4, 5, 2, 3)
+
+
+@defop("sliding_window")
+def sliding_window(x, *, kernel, padding, stride, dilation):
+    """MegEngine's `F.sliding_window` (im2col): every window of NCHW `x`, zero-padded, as
+    (N, C, OH, OW, kh, kw)."""
+    return _windows(x, kernel, padding, stride, dilation)
+
+
+@defop("sliding_window_transpose")
+def sliding_window_transpose(y, *, size, kernel, padding, stride, dilation):
+    """The transpose of `sliding_window` (col2im): each window's values summed back onto the
+    (N, C, *size) positions they were taken from."""
+    zeros = jnp.zeros((*y.shape[:2], *size), y.dtype)
+    (x,) = jax.linear_transpose(lambda v: _windows(v, kernel, padding, stride, dilation),
+                                zeros)(y)
+    return x
