@@ -20,6 +20,7 @@ from . import ragged as _r
 from . import ragged_dispatch as _d
 from . import tensors as _t
 from .ops import OPS
+from .ops.persistent import Kept
 from .ops.ragged_rules import ROWS, SOURCE, indexing
 
 _FULL = ("slice", None, None, None)
@@ -38,17 +39,24 @@ def _known(*ns: Any) -> bool:
     return all(isinstance(n, int) for n in ns)
 
 
+# Lengths kept on the device are combined by programs kept on disk with the eager ops' (a new
+# process loads them, rather than compiling jax's own per process).
+_ADD = Kept("ragged_plus", jnp.add, ())
+_MIN = Kept("ragged_min", jnp.minimum, ())
+_CLIP = Kept("ragged_clip", lambda a, top: jnp.clip(a, 0, top), ())
+
+
 def _plus(a: Any, b: Any) -> Any:
-    return a + b if _known(a, b) else jnp.add(a, b)
+    return a + b if _known(a, b) else _ADD(a, b)
 
 
 def _min(a: Any, b: Any) -> Any:
-    return builtins.min(a, b) if _known(a, b) else jnp.minimum(a, b)
+    return builtins.min(a, b) if _known(a, b) else _MIN(a, b)
 
 
 def _clip(a: Any, top: Any) -> Any:
     """`a` clipped to [0, top]."""
-    return builtins.max(builtins.min(a, top), 0) if _known(a, top) else jnp.clip(a, 0, top)
+    return builtins.max(builtins.min(a, top), 0) if _known(a, top) else _CLIP(a, top)
 
 
 def _length(x: Any) -> Any:

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from . import device as _device
 from . import profiling as _profiling
 from .errors import BackwardError
+from .ops.persistent import Kept
 
 # Per thread: (how many GradManagers record now, no_grad / Function-forward depth). A
 # GradManager recording in one thread never makes another thread's ops record.
@@ -29,7 +30,8 @@ _STATE: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
     "eager_tape", default=(0, 0))
 state = _STATE.get
 _seq = itertools.count()
-_add = jax.jit(jnp.add)
+# kept on disk with the eager ops' programs: a new process loads it per shape, not compiles it
+_add = Kept("tape_add", jnp.add, ())
 
 
 def set_state(new: tuple[int, int]) -> None:
