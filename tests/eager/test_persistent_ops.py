@@ -270,6 +270,26 @@ def test_filled_and_ranged_tensors_load_their_programs_as_ops_do(cache, events):
     np.testing.assert_array_equal(made[0][3], made[1][3])
 
 
+def test_the_tapes_gradient_sums_load_their_program_as_ops_do(cache, events):
+    """A tensor read twice gets two cotangents, which the backward adds: a new process loads
+    that addition per shape from disk (jax's own `add` compiled in every process, once per
+    shape: 29 compiles in a detector's first step)."""
+    from eager.autodiff import GradManager
+    from eager.core import tape
+
+    grads = []
+    for _ in range(2):  # each time what a new process has: no program object yet
+        tape._add.call = None
+        events.clear()
+        w = eg.Parameter(np.arange(3.0, dtype="float32"))
+        with GradManager().attach([w]) as gm:
+            gm.backward((w * w + w).sum())
+        grads.append(w.grad.numpy())
+    assert events.get(P.HIT_EVENT, 0) >= 1 and TRACE not in events
+    np.testing.assert_array_equal(grads[0], 2 * np.arange(3.0) + 1)
+    np.testing.assert_array_equal(grads[1], grads[0])
+
+
 def test_a_loaded_programs_results_have_the_abstract_values_of_any_other(cache, events):
     """jax 0.12 read back its layout singleton as a second object, so arrays from a loaded
     program had abstract values equal to no other array's: every key built on them missed."""
