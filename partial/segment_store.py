@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools as ft
 import hashlib
+import os
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,10 @@ def _reader() -> ThreadPoolExecutor:
     """The thread that reads executables a step needs later (`load_later`): one, so that
     reads never take both cores of a small machine from the step that waits for none of them."""
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="partial-segment-reader")
+
+
+# A forked child has the pool but not its thread: work it submitted would wait forever.
+os.register_at_fork(after_in_child=_reader.cache_clear)
 
 
 class SegmentStore:

@@ -3,6 +3,7 @@ that consults a store before tracing (`xla_segments.Segment(store=...)`): what a
 cannot say is never keyed by it, and a loaded segment computes what a compiled one does."""
 
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import jax
@@ -152,6 +153,25 @@ def test_a_backward_that_cannot_be_read_is_compiled_again():
     bwd, res, _ = _train_segment(store, lambda x, w: (jnp.tanh(x @ w),), w)
     np.testing.assert_array_equal(bwd(res, (jnp.ones((2, 4)),))[0], want[0])
     assert bwd.seconds > 0
+
+
+def test_a_forked_child_reads_on_a_reader_thread_of_its_own():
+    """The reader pool's thread is not copied by a fork: a child that reused the parent's pool
+    would wait forever for its first read."""
+    import multiprocessing
+
+    segment_store._reader().submit(int).result()  # the parent's pool exists, its thread runs
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_read_in_child)
+    with warnings.catch_warnings():  # jax warns of fork; the child runs no jax
+        warnings.simplefilter("ignore", RuntimeWarning)
+        child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0
+
+
+def _read_in_child():
+    raise SystemExit(0 if segment_store._reader().submit(int).result(timeout=10) == 0 else 1)
 
 
 def test_other_inputs_or_options_are_other_executables():
