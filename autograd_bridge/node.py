@@ -163,6 +163,8 @@ def _cotangent_layouts(bwd: Any) -> tuple | None:
     The backward is compiled ahead of time with each cotangent laid out as the forward's
     output was; the gradient that eager code hands back may be laid out otherwise (a head
     computed replicated on an output that XLA sharded), so it is moved there first."""
+    if jax.device_count() == 1:  # nothing spans several (nor waits for a backward being read)
+        return None
     shardings = getattr(bwd.compiled, "input_shardings", None)
     if shardings is None:
         return None

@@ -42,7 +42,9 @@ class Deferred:
             return self._compiled
 
     def __call__(self, *args: Any) -> Any:
-        return self.resolve()(*args)
+        # (callers may keep this object rather than `exe.compiled`: once read, no lock)
+        compiled = self._compiled
+        return (compiled if compiled is not None else self.resolve())(*args)
 
     def __getattr__(self, name: str) -> Any:  # cost_analysis, as_text, output_shardings, ...
         return getattr(self.resolve(), name)

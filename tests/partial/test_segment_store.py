@@ -209,6 +209,38 @@ def test_a_region_gets_a_store_only_with_the_cache_on(cache_dir, monkeypatch):
     assert stores_made(monkeypatch, partial.partial_trace(lambda t: t * 3 * t), x) == [None]
 
 
+def test_a_regions_forward_does_not_wait_for_its_backward_being_read(cache_dir, monkeypatch):
+    """A new process's region loads its training forward and leaves the backward to the reader
+    thread until the backward runs (with one device nothing asks the backward for its layouts
+    before: asking made the forward wait for the read)."""
+    x = eg.Parameter(np.asarray(X))
+    with GradManager().attach([x]) as gm:  # fills the cache
+        gm.backward(partial.partial_trace(lambda t: (t * 3 * t).sum())(x))
+    want = x.grad.numpy()
+    released, waited = threading.Event(), []
+    real = SegmentStore.load_later
+
+    def later(self, text):
+        wait = real(self, text)
+        if wait is None:
+            return None
+
+        def noted():
+            waited.append(released.is_set())
+            return wait()
+        return noted
+
+    monkeypatch.setattr(SegmentStore, "load_later", later)
+    x.grad = None
+    with GradManager().attach([x]) as gm:
+        # another function of the same computation: a cache of its own, the executables on disk
+        loss = partial.partial_trace(lambda t: (t * 3 * t).sum())(x)
+        released.set()
+        gm.backward(loss)
+    assert waited == [True]
+    np.testing.assert_array_equal(x.grad.numpy(), want)
+
+
 def test_a_region_with_a_users_gradient_rule_is_not_stored(cache_dir, monkeypatch):
     """An op whose jax function has its own `custom_vjp`: the jaxpr's text does not show the
     rule, so the region compiles as it would with the cache off (a stale rule is never run)."""
