@@ -75,11 +75,7 @@ class SegmentFunction:
         plan = self._plan(wrt) if wrt else None
         wrap = _hooks.wrap
         if plan is None:
-            forward = self._forward
-            if forward is None:
-                forward = self._forward = self.segment.forward().compiled
-            return [wrap(o) for o in _profiling.run("compiled forward", self.name, forward,
-                                                    *arrays)]
+            return self.infer(arrays)
         fwd, bwd, used, diff_outputs, reach, higher, layouts = plan
         self._last = (used, diff_outputs)
         outs, residuals = _profiling.run("compiled forward", self.name, fwd, *arrays)
@@ -114,6 +110,14 @@ class SegmentFunction:
         _hooks.make_node(self.name, inputs, [results[j] for j in diff_outputs], backward,
                          sparse=True, op=as_op, finish=finish)
         return results
+
+    def infer(self, arrays: Sequence[Any]) -> list[eager.Tensor]:
+        """Run the inference forward on `arrays`: no residuals kept, no tape node."""
+        forward = self._forward
+        if forward is None:
+            forward = self._forward = self.segment.forward().compiled
+        return [_hooks.wrap(o) for o in _profiling.run("compiled forward", self.name, forward,
+                                                       *arrays)]
 
     def last_signature(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """(inputs, outputs) differentiated by the last call that recorded a tape node (the

@@ -1,6 +1,6 @@
 """The training steps `benchmarks.zoo` times: MegEngine model-zoo models run by this project
 (through the `megengine` alias, the zoo's code unchanged) and their torchvision counterparts in
-PyTorch eager.
+PyTorch, eager or with `torch.compile` of the backbone.
 
 Both sides train what the zoo's `tools/train.py` trains, with the same settings on each side:
 ResNet-18 FPN backbones with frozen BatchNorm and conv1 and layer1 frozen (the zoo's
@@ -114,41 +114,24 @@ def _zoo_model(name: str, zoo: str) -> tuple[Any, list]:
     return model, [p for n, p in model.named_parameters() if not any(f in n for f in frozen)]
 
 
-# ----- torchvision, in PyTorch eager ------------------------------------------------------------
+# ----- torchvision, in PyTorch ------------------------------------------------------------------
 def torch_step(name: str, mode: str = "eager") -> Callable[[], float]:
-    """A function running one training step of the torchvision counterpart of `name`."""
+    """A function running one training step of the torchvision counterpart of `name`.
+
+    Modes: "eager"; "compile" (`torch.compile`, default mode, of the detector's backbone, the
+    FPN included, in place with `Module.compile`; ResNet-18: of the whole model, as this
+    project's "backbone" mode compiles it). `torch.compile` compiles on the first call, so the
+    first step pays it.
+    """
     import torch
-    import torchvision
-    from torchvision.models.detection import FCOS, FasterRCNN, RetinaNet
-    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
-    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
 
     torch.set_num_threads(int(os.environ.get("ZOO_TORCH_THREADS", "2")))
     torch.manual_seed(0)
-    batch = inputs(name)
-    images = torch.from_numpy(batch["image"] / np.float32(1 if name == "resnet18" else 255))
-    if name == "resnet18":
-        model = torchvision.models.resnet18(num_classes=1000)
-        labels = torch.from_numpy(batch["label"]).long()
-
-        def loss_of() -> Any:
-            return torch.nn.functional.cross_entropy(model(images), labels)
-    else:
-        if name == "faster_rcnn":
-            backbone = resnet_fpn_backbone(backbone_name="resnet18", weights=None)
-            model = FasterRCNN(backbone, num_classes=CLASSES + 1, min_size=SIZE, max_size=SIZE)
-        else:
-            backbone = resnet_fpn_backbone(backbone_name="resnet18", weights=None,
-                                           returned_layers=[2, 3, 4],
-                                           extra_blocks=LastLevelP6P7(256, 256))
-            kind = {"retinanet": RetinaNet, "fcos": FCOS}[name]
-            model = kind(backbone, num_classes=CLASSES, min_size=SIZE, max_size=SIZE)
-        targets = [{"boxes": torch.from_numpy(b[:, :4]), "labels": torch.from_numpy(b[:, 4]).long()}
-                   for b in batch["gt_boxes"]]
-        image_list = list(images)
-
-        def loss_of() -> Any:
-            return sum(model(image_list, targets).values())
+    model, loss_of = _torchvision_model(name)
+    if mode == "compile":
+        (model if name == "resnet18" else model.backbone).compile()
+    elif mode != "eager":
+        raise ValueError(f"torch_step: unknown mode {mode!r} (eager, compile)")
     model.train()
     trained = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(trained, lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
@@ -161,3 +144,32 @@ def torch_step(name: str, mode: str = "eager") -> Callable[[], float]:
         return float(loss.detach())
 
     return step
+
+
+def _torchvision_model(name: str) -> tuple[Any, Callable[[], Any]]:
+    """torchvision's counterpart of `name` and a function computing its training loss."""
+    import torch
+    import torchvision
+    from torchvision.models.detection import FCOS, FasterRCNN, RetinaNet
+    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+    from torchvision.ops.feature_pyramid_network import LastLevelP6P7
+
+    batch = inputs(name)
+    images = torch.from_numpy(batch["image"] / np.float32(1 if name == "resnet18" else 255))
+    if name == "resnet18":
+        model = torchvision.models.resnet18(num_classes=1000)
+        labels = torch.from_numpy(batch["label"]).long()
+        return model, lambda: torch.nn.functional.cross_entropy(model(images), labels)
+    if name == "faster_rcnn":
+        backbone = resnet_fpn_backbone(backbone_name="resnet18", weights=None)
+        model = FasterRCNN(backbone, num_classes=CLASSES + 1, min_size=SIZE, max_size=SIZE)
+    else:
+        backbone = resnet_fpn_backbone(backbone_name="resnet18", weights=None,
+                                       returned_layers=[2, 3, 4],
+                                       extra_blocks=LastLevelP6P7(256, 256))
+        kind = {"retinanet": RetinaNet, "fcos": FCOS}[name]
+        model = kind(backbone, num_classes=CLASSES, min_size=SIZE, max_size=SIZE)
+    targets = [{"boxes": torch.from_numpy(b[:, :4]), "labels": torch.from_numpy(b[:, 4]).long()}
+               for b in batch["gt_boxes"]]
+    image_list = list(images)
+    return model, lambda: sum(model(image_list, targets).values())

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .core import executable_store, profiling
 from .core import ownership as _ownership
+from .core import profiling
 from .core import tape as _tape
 from .core import tensors as _tensor
 from .core.context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
@@ -40,10 +40,9 @@ __all__ = [
     "with_grad",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies", "ragged_length",
-    "user_location", "describe_location", "short_path", "executable_store", "profiling",
+    "user_location", "describe_location", "short_path", "profiling",
 ]
-# and, for a capture's compiled code: `executable_store` keeps executables on disk as eager
-# ops' are kept, `profiling` times their calls inside `eager.profile()`
+# and, for a capture's compiled code: `profiling` times their calls inside `eager.profile()`
 
 
 # ----- the tape surface -----------------------------------------------------------------------

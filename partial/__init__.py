@@ -16,7 +16,9 @@ call is captured up to the first break and finished lazily (`handover.py`).
 `fn.dump(path)` writes a region's inference forward as serialized StableHLO that `load(path)`
 runs in a process without the code that defined it (`export.py`, `export_format.py`).
 
-`set_cache_dir` (or `PARTIAL_CACHE_DIR`) keeps compiled code on disk for later processes.
+Compiled code is kept on disk for later processes, by default in a private per-user directory:
+`set_cache_dir` (or `PARTIAL_CACHE_DIR`) moves it or turns it off, `python -m partial.cache`
+shows and clears it.
 
 `README.md` beside this file maps the code: its vocabulary, one call through the files, and
 which file to open for a change.
@@ -41,8 +43,8 @@ from .function import TracedFunction
 from .megengine_alias import MegEngineAliasError, alias_megengine, unalias_megengine
 from .module import TracedModule
 from .partial_tracing import partial_trace
-from .persistent_cache import set_cache_dir
-from .persistent_cache import set_from_environment as _set_from_environment
+from .persistent_cache import resolve_at_import as _resolve_cache_dir
+from .persistent_cache import set_cache_dir, set_cache_max_size
 from .tracing import exclude_from_trace, trace
 from .xla_backend import xla_trace
 
@@ -50,9 +52,10 @@ __all__ = [
     "partial_trace", "xla_trace", "trace", "exclude_from_trace", "TraceError", "ValueReadError",
     "UnsupportedArgumentError", "UnsupportedOutputError", "ModuleRebindError",
     "UnsupportedInRegionError", "InvalidTensorError", "NotDifferentiableError",
-    "TracedFunction", "TracedModule", "CacheInfo", "set_cache_dir", "CacheDirError",
+    "TracedFunction", "TracedModule", "CacheInfo", "set_cache_dir", "set_cache_max_size",
+    "CacheDirError",
     "load", "Loaded", "ExportError", "ExportFileError",
     "alias_megengine", "unalias_megengine", "MegEngineAliasError",
 ]
 
-_set_from_environment()
+_resolve_cache_dir()

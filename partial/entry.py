@@ -17,11 +17,9 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
 import eager as eg
-from autograd_bridge import SegmentFunction
-from xla_segments import Segment
+from xla_segments import store_for_program
 
-from . import segment_store
-from .compile_options import segment_options
+from .compiled import compiled_segment
 from .errors import NotDifferentiableError
 from .guards import (
     GradPresenceGuard,
@@ -109,13 +107,12 @@ class Entry:
             position[id(dest())] for dest, _ in self.ref_writes
             if donate and dest() is not None and id(dest()) in position))
         self.copies = 0  # donated buffers that were shared and had to be copied first
-        self.segment = Segment(_pinned(program, self.ref_writes, position), program.in_avals,
-                               name=name,
-                               options=segment_options(program.in_avals, donate=self.donated,
-                                                       per_rank=program.per_rank, remat=remat),
-                               store=segment_store.for_program(program))
+        self.function = compiled_segment(
+            _pinned(program, self.ref_writes, position), program.in_avals, name, program.deps,
+            store_for_program(program), finisher=finisher, donate=self.donated,
+            per_rank=program.per_rank, remat=remat)
+        self.segment = self.function.segment
         self.conv_rewrites = eg.conv_rewrites()
-        self.function = SegmentFunction(self.segment, program.deps, name, finisher)
         self.out_leaves = program.out_leaves
         self.out_treedef = program.out_treedef
         self.single_result = (jax.tree_util.treedef_is_leaf(program.out_treedef)
@@ -135,7 +132,6 @@ class Entry:
         # As of before the capture: the next call re-validates what the capture itself changed.
         self.epoch = program.epoch
         self.settle = program.settle
-        self.forward: Any = None
         self.dead = False  # set when an object it depends on dies; the cache then drops it
         self.watched = self._watch(call.objects, program.sources,
                                    [] if deaths is None else deaths)
@@ -211,10 +207,7 @@ class Entry:
                 if recording:
                     outs = self.function(arrays, tensors)
                 else:  # the bridge's inference path, without its checks
-                    forward = self.forward or self._forward()
-                    got = eg.hooks.profiling.run("compiled forward", self.function.name, forward,
-                                           *arrays)
-                    outs = [_wrap(o) for o in got]
+                    outs = self.function.infer(arrays)
             except (TypeError, ValueError):
                 if self._inputs_moved(arrays):  # a lifted tensor changed: capture anew
                     return MISS
@@ -288,10 +281,6 @@ class Entry:
             arrays += values
             tensors += self.no_hypers
         return arrays, tensors
-
-    def _forward(self) -> Any:
-        self.forward = self.segment.forward().compiled
-        return self.forward
 
     def _hyper_arrays(self) -> list | None:
         """The current hyper-parameters as arrays (made anew only when a value changed)."""

@@ -3,6 +3,8 @@ what to do instead."""
 
 from __future__ import annotations
 
+import xla_segments
+
 
 class TraceError(Exception):
     """Base class of every capture error raised by `partial_trace` and `xla_trace`."""
@@ -39,9 +41,9 @@ class NotDifferentiableError(TraceError):
     attached: a whole step is not differentiable from outside."""
 
 
-class CacheDirError(TraceError, OSError):
+class CacheDirError(TraceError, xla_segments.CacheDirError):
     """The directory given to `set_cache_dir` (or `PARTIAL_CACHE_DIR`) cannot hold the persistent
-    compilation cache: it cannot be created or written to."""
+    compilation cache: it cannot be created or written to, or it is not private to this user."""
 
 
 class ExportError(TraceError):

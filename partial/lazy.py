@@ -33,10 +33,9 @@ import numpy as np
 import eager as eg
 from autograd_bridge import SegmentFunction
 from eager.hooks import describe_location, user_location
-from xla_segments import Segment, abstract
+from xla_segments import Segment, abstract, store_for_stretch
 
-from . import segment_store
-from .compile_options import segment_options
+from .compiled import compiled_segment
 from .errors import ValueReadError
 from .key import tensor_spec
 from .messages import (
@@ -400,10 +399,8 @@ def compile_stretch(st: Stretch, outputs: tuple, name: str, remat: bool | str = 
                                      sharding=abstract(x).sharding if hasattr(x, "shape")
                                      else None)  # a Python scalar has no placement
                 for a, x in zip(st.avals, st.inputs)]
-    options = segment_options(in_avals, remat=remat)
-    store = segment_store.for_stretch(st.records, (st.counts, st.nondiff, outputs,
-                                                   eg.conv_rewrites()))
-    segment = Segment(replay, in_avals, name=name, options=options, store=store)
-    function = SegmentFunction(segment, [deps[i] for i in outputs], name)
+    store = store_for_stretch(st.records, (st.counts, st.nondiff, outputs, eg.conv_rewrites()))
+    function = compiled_segment(replay, in_avals, name, [deps[i] for i in outputs], store,
+                                remat=remat)
     wrt = tuple(i for i, needs in enumerate(tracked_inputs) if needs)
     return Piece(function, wrt)

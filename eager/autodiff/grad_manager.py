@@ -351,7 +351,8 @@ def _one(shape: tuple, dtype: Any) -> Any:
     if one is None:
         if len(_ONES) > 64:
             _ONES.clear()
-        one = _ONES[key] = jnp.ones(shape, dtype)
+        # a host array put on the device: jnp.ones would compile a program in every process
+        one = _ONES[key] = jax.device_put(np.ones(shape, np.dtype(dtype)))
     return one
 
 

@@ -1,4 +1,6 @@
-"""The compile options of a region's segment, with eager's convolution rewrites.
+"""A compiled region's tape node, built in one place for whole regions (`entry.py`) and the
+stretches of a region with graph breaks (`lazy.py`): the segment with its compile options and
+store, made a node of the eager tape (`autograd_bridge.SegmentFunction`).
 
 When `eager.conv_rewrites()` is on and the region runs on the CPU, its segment compiles the
 executables that convolve with XLA's own convolutions instead of YNNPACK's (`conv_options`) and
@@ -8,13 +10,25 @@ ResNet step (why: `eager/core/conv_switch.py`). Executables without convolutions
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
 import eager as eg
-from xla_segments import CompileOptions
+from autograd_bridge import SegmentFunction
+from xla_segments import CompileOptions, Segment, SegmentStore
+
+
+def compiled_segment(fn: Callable, in_avals: Sequence[Any], name: str,
+                     deps: Sequence[frozenset[int]], store: SegmentStore | None, *,
+                     finisher: Callable | None = None, **options: Any) -> SegmentFunction:
+    """The tape node running `fn` compiled for `in_avals` (`deps`: per output, the inputs it
+    depends on differentiably), its executables kept in `store`; `options` as
+    `CompileOptions` takes them."""
+    segment = Segment(fn, in_avals, name=name, options=segment_options(in_avals, **options),
+                      store=store)
+    return SegmentFunction(segment, deps, name, finisher)
 
 
 def segment_options(in_avals: Sequence[Any], **options: Any) -> CompileOptions:

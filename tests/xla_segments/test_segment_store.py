@@ -1,4 +1,4 @@
-"""A region's executables kept by its captured jaxpr (`partial/segment_store.py`) and a segment
+"""A region's executables kept by its captured jaxpr (`xla_segments/segment_store.py`) and a segment
 that consults a store before tracing (`xla_segments.Segment(store=...)`): what a jaxpr's text
 cannot say is never keyed by it, and a loaded segment computes what a compiled one does."""
 
@@ -15,9 +15,8 @@ import eager as eg
 import partial
 from eager.autodiff import GradManager
 from eager.core.ops import lean_grads
-from partial import segment_store
-from partial.segment_store import SegmentStore, describe
-from xla_segments import CompileOptions, Segment
+from xla_segments import CompileOptions, Segment, segment_store
+from xla_segments.segment_store import SegmentStore, describe
 
 X = jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32).reshape(2, 3)
 

@@ -1,12 +1,13 @@
-"""A captured region's executables on disk, keyed by its jaxpr before anything is traced again.
+"""A captured region's executables on disk (`store.py`), keyed by its jaxpr before anything is
+traced again.
 
 jax's persistent cache is keyed by the lowered program: a process that finds a region's
 executables there still derives the training forward and backward (`jax.vjp`, the residual
 pruning: several traces of the whole region) and lowers them to learn the key, 1-2 s of a
 detector's first step on 2 cores. But the captured jaxpr says what the region computes, so
-when jax's persistent cache is on (`partial.set_cache_dir`) a segment's executables are kept
+when the persistent cache is on (the default: `cache_location.py`) a segment's executables are kept
 in `<cache dir>/segments/` under the jaxpr's text, its constants' bytes, the segment's abstract
-inputs, gradient signature and compile options, and `executable_store.environment` of the four
+inputs, gradient signature and compile options, and `store.environment` of the four
 packages (whose code turns a jaxpr into executables).
 
 A jaxpr's text does not show the Python functions some equations carry (a `custom_vjp`'s
@@ -15,8 +16,8 @@ defined in jax or in this project (their code is in the key) and whatever it clo
 plain value or an array (put in the key). Anything else, a per-rank region, or a process with
 more than one device, compiles as it does with the cache off.
 
-A region with graph breaks runs lazily recorded stretches of ops (`lazy.py`), each a segment
-whose function replays the records: such a stretch is described by its records (each op's
+A region with graph breaks runs lazily recorded stretches of ops (`partial`'s `lazy.py`), each
+a segment whose function replays the records: such a stretch is described by its records (each op's
 name, static attributes and where its inputs come from), under the same rule for the functions
 behind each op and in its attributes.
 """
@@ -35,9 +36,8 @@ import jax
 import numpy as np
 from jax.extend import core as jex
 
-import eager as eg
+from . import store
 
-store = eg.hooks.executable_store
 HIT_EVENT = "/partial/segment_cache/hits"  # one per executable loaded (`jax.monitoring`)
 _SUBDIR = "segments"
 _PACKAGES = ("eager", "xla_segments", "autograd_bridge", "partial")
@@ -63,7 +63,7 @@ os.register_at_fork(after_in_child=_reader.cache_clear)
 
 
 class SegmentStore:
-    """`xla_segments.Store` for one captured program: `description` says what it computes."""
+    """`segment.Store` for one captured program: `description` says what it computes."""
 
     def __init__(self, description: str):
         self.description = description
@@ -219,7 +219,8 @@ def _array_text(value: Any) -> str:
 
 
 def for_program(program: Any) -> SegmentStore | None:
-    """The store of a captured `Program`'s segment, or None: the cache is off, the program is
+    """The store of a captured program's segment (its `jaxpr`, `consts`, `n_args` and
+    `per_rank`, as `partial`'s `Program` has them), or None: the cache is off, the program is
     per rank, or its jaxpr does not say all it computes."""
     if store.folder(_SUBDIR) is None or program.per_rank is not None or not store.one_device():
         return None

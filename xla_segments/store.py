@@ -3,13 +3,18 @@
 jax's persistent compilation cache is keyed by the lowered program: a process that finds every
 executable there still traces and lowers each one to learn its key. Whoever can say what a
 program is without tracing it (an eager op by its name, attributes and argument types; a
-captured region by its jaxpr) keeps its executables here instead, in a folder of jax's cache
-directory, under that description plus everything else that shapes an executable: the versions
-of jax and jaxlib, XLA's flags, the device and host CPU, and the source of the packages whose
-code the description does not spell out (`environment`). This module is the storage those
-owners share: `eager.core.ops`' persistent ops and `partial`'s segments.
+captured region by its jaxpr) keeps its executables here instead, in a folder of the cache
+directory (`cache_location.py`), under that description plus everything else that shapes an
+executable: the versions of jax and jaxlib, XLA's flags, the device and host CPU, and the
+source of the packages whose code the description does not spell out (`environment`).
 
-Like jax's cache, the directory is trusted: keep it private.
+An entry is machine code this process will run, so it is verified before anything in it is
+unpickled or loaded: a file is a magic tag, the SHA-256 of the rest, and the rest. A flipped
+bit, a truncated copy or another program's file is refused (removed where this process may)
+and the executable compiled again; unverified, such a file killed the process (SIGILL, SIGSEGV
+or an abort inside XLA's loader). Writes are atomic (a reader never sees half a file), so
+several processes can fill one directory; a load marks its file used (its mtime), which the
+size limit's least-recently-used eviction (`eviction.py`) reads.
 """
 
 from __future__ import annotations
@@ -30,16 +35,17 @@ from typing import Any
 import jax
 from jax.experimental import serialize_executable
 
-_FORMAT = 3  # bump when what a file holds changes
+from . import cache_location, cache_stats, eviction
+
+_FORMAT = 4  # bump when what a file holds changes
+MAGIC = b"PTXC\x04\n"  # then the SHA-256 of the body, then the body (a pickle)
+_DIGEST = hashlib.sha256().digest_size
 
 
 def folder(name: str) -> str | None:
-    """The folder `name` of jax's persistent cache directory, or None when the cache is off."""
-    # jax's options are dynamic attributes of `jax.config`, which its annotations do not declare
-    directory = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]
-    if not directory or not jax.config.jax_enable_compilation_cache:  # type: ignore[attr-defined]
-        return None
-    return os.path.join(directory, name)
+    """The folder `name` of the cache directory, or None when the cache is off."""
+    directory = cache_location.current()
+    return None if directory is None else os.path.join(directory, name)
 
 
 def one_device() -> bool:
@@ -92,21 +98,50 @@ def path_of(directory: str, text: str) -> Path:
 
 def read(path: Path, text: str) -> tuple[Callable, Any] | None:
     """The executable stored at `path` for key `text` and what was kept beside it, or None:
-    absent, stored for another key (left), or unreadable (removed, so that later processes do
-    not read it again)."""
+    absent, stored for another key (left: it is that key's), or damaged (removed, so that later
+    processes do not read it again). Nothing is unpickled or loaded before the digest of the
+    whole file checks."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
+    body = verified(data)
+    if body is None:
+        _discard(path)
+        return None
     try:
-        stored, payload, in_tree, out_tree, extra = pickle.loads(data)
+        stored, payload, in_tree, out_tree, extra = pickle.loads(body)
         if stored != text:
             return None
-        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree), extra
-    except Exception:  # noqa: BLE001 - damaged: compiled anew
-        with contextlib.suppress(OSError):  # a cache this process may only read
-            path.unlink(missing_ok=True)
+        loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    except Exception:  # noqa: BLE001 - written by another version: compiled anew
+        _discard(path)
         return None
+    with contextlib.suppress(OSError):  # used now: the last to be evicted
+        os.utime(path)
+    cache_stats.loaded()
+    return loaded, extra
+
+
+def verified(data: bytes) -> bytes | None:
+    """The body of a stored file whose digest matches it, else None."""
+    head = len(MAGIC) + _DIGEST
+    if len(data) < head or not data.startswith(MAGIC):
+        return None
+    body = memoryview(data)[head:]
+    if hashlib.sha256(body).digest() != data[len(MAGIC):head]:
+        return None
+    return bytes(body)
+
+
+def framed(body: bytes) -> bytes:
+    """What a file holds for `body`: the magic tag, its digest, itself."""
+    return MAGIC + hashlib.sha256(body).digest() + body
+
+
+def _discard(path: Path) -> None:
+    with contextlib.suppress(OSError):  # a cache this process may only read
+        path.unlink(missing_ok=True)
 
 
 def write(path: Path, text: str, compiled: Any, extra: Any = None) -> None:
@@ -116,14 +151,18 @@ def write(path: Path, text: str, compiled: Any, extra: Any = None) -> None:
     tmp = None
     try:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        data = framed(pickle.dumps((text, payload, in_tree, out_tree, extra)))
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            pickle.dump((text, payload, in_tree, out_tree, extra), f)
+            f.write(data)
         os.replace(tmp, path)
+        tmp = None
+        eviction.wrote(path.parent.parent, len(data))
     except Exception:  # noqa: BLE001 - e.g. a read-only or full disk: keep running
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _pickle_auto_layout_by_name() -> None:

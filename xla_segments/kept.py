@@ -1,0 +1,213 @@
+"""Eager ops' executables kept on disk under a key made before tracing (`store.py`).
+
+jax's persistent compilation cache is keyed by the lowered program, so a process that finds every
+executable there still traces and lowers each one to learn its key: on 2 cores 10-40 ms per eager
+op (an MLIR context alone is 5 ms), 0.3-0.5 s before a detection head's first step ends, however
+warm the cache. A built-in op's program is fixed by what this key holds: the op's name (and the
+variant: forward, the vjp of some inputs, a ragged kind), its static attributes, the abstract
+values of its arguments, its XLA options, the source of the `eager` package that defines it, and
+the versions and settings of jax, jaxlib and the machine. So when the persistent cache is on
+(the default: `cache_location.py`), a built-in op's first call
+with new abstract values loads its executable from `<cache dir>/eager-ops/` by that key, and
+compiles and stores it only when it is not there. Each load is reported through
+`jax.monitoring`, as jax reports its own cache's: the event `HIT_EVENT`, and the duration
+`LOAD_EVENT` with `fun_name` the program (`"jit(add)"`, `"jit(add.vjp)"`), so that compile
+counters can count a load as jax counts one of its own cache.
+
+Only what the key describes exactly is kept: ops that `eager` itself registers (an op a user
+defines may close over anything), attributes of plain values (numbers, strings, dtypes, tuples
+of them), arguments that are concrete arrays, numpy values or Python scalars, and processes with
+one device that run alone (not a rank of `jax.distributed`). Everything else runs through the
+op's plain `jax.jit`, as it does with the cache off.
+An entry that cannot be read is removed, and the program compiled anew (or loaded from jax's
+cache). The directory is private to its user (`cache_location.py`).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+try:  # the settings that shape a trace (x64, matmul precision, ...), as jit's own cache keys them
+    from jax._src.config import trace_context as _trace_context
+except ImportError:  # another jax: nothing is kept, rather than keyed without them
+    _trace_context = None
+
+from . import store
+
+HIT_EVENT = "/eager/persistent_cache/hits"
+LOAD_EVENT = "/eager/persistent_cache/load_duration"
+_SUBDIR = "eager-ops"
+_PLAIN = (bool, int, float, complex, str, type(None), type(Ellipsis), np.dtype, enum.Enum)
+_SCALARS = (bool, int, float, complex)
+_ARRAY: list[type] = []  # jax's concrete array type, found at the first wrap (the backend is up)
+
+
+class _Owner:
+    """Who keeps programs here (`eager`, which `own` names at its import): the packages whose
+    source the key holds (an op's function may call anything in them), and whether a capture
+    is current (a call made inside one traces through the plain jit)."""
+
+    packages: tuple[str, ...] = ("eager",)
+
+    @staticmethod
+    def capturing() -> bool:
+        return False
+
+
+def own(packages: tuple[str, ...], capturing: Callable[[], bool]) -> None:
+    """Name the packages whose ops are kept here and how to tell a capture is current."""
+    _Owner.packages, _Owner.capturing = packages, staticmethod(capturing)  # type: ignore[method-assign]
+
+
+def cache_dir() -> str | None:
+    """Where the eager ops' executables live now: a folder of the persistent cache, or None."""
+    return store.folder(_SUBDIR)
+
+
+def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict | None,
+         donate: tuple[int, ...]) -> Persistent | None:
+    """The op function `fn` with static attributes `key` as an eager call runs it: through the
+    disk cache, with `plain` (its `jax.jit`) for calls in a trace. None when the cache is off
+    or cannot key this program: the caller keeps its plain jit."""
+    if _trace_context is None or cache_dir() is None or not store.one_device():
+        return None
+    if not _plain_value(key) or not _plain_value(options):
+        return None
+    if not _ARRAY:
+        # evaluated now even when the first wrap happens in a trace (jax 0.11 stages a
+        # constant made there: its type would be the tracer's, and tracers would be keyed)
+        with jax.ensure_compile_time_eval():
+            concrete = jax.device_put(0.0)
+        if isinstance(concrete, jax.core.Tracer):
+            return None
+        _ARRAY.append(type(concrete))
+
+    def own(*args: Any) -> Any:
+        return fn(*args)
+
+    name = ident[0] + (".vjp" if "vjp" in ident else "")
+    # A function of its own, so that no other jit shares its traces, lowerings and hence
+    # executables: each one it compiles is new, or came from jax's cache (see `_JaxHits`).
+    # Its name carries the environment's hash, so that jax's cache (keyed by the program,
+    # names included) holds no copy of it from before an upgrade of `eager` that would keep
+    # this cache from ever storing it.
+    own.__name__ = f"{name}_{hashlib.sha256(_environment().encode()).hexdigest()[:8]}"
+    jitted = jax.jit(own, donate_argnums=donate, compiler_options=options)
+    program = repr((ident, donate, key, sorted((options or {}).items())))
+    return Persistent(jitted, plain, program, f"jit({name})")
+
+
+class Kept:
+    """`jax.jit(fn)` for a program eager runs outside its ops (a filled or ranged array), kept
+    on disk like an op's when the cache is on at its first call. `name` and the plain values
+    `key` name the program: `fn` must be this package's code and depend on nothing else."""
+
+    __slots__ = ("fn", "name", "key", "call")
+
+    def __init__(self, name: str, fn: Callable, key: tuple):
+        self.fn, self.name, self.key = fn, name, key
+        self.call: Callable | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.call is None:
+            plain = jax.jit(self.fn)
+            self.call = wrap(self.fn, plain, ("eager." + self.name,), self.key, None, ()) or plain
+        return self.call(*args)
+
+
+class Persistent:
+    """A jitted op whose executables, per abstract signature of the arguments (and jax's trace
+    settings), come from disk when present. Calls inside a trace, or with arguments it cannot
+    key, go to `plain`."""
+
+    __slots__ = ("jitted", "plain", "program", "name", "loaded", "__weakref__")
+
+    def __init__(self, jitted: jax.stages.Wrapped, plain: Callable, program: str, name: str):
+        self.jitted, self.plain, self.program, self.name = jitted, plain, program, name
+        self.loaded: dict[tuple, Callable] = {}
+
+    def _cache_size(self) -> int:  # as a jitted function reports it (compiled specializations)
+        # `_cache_size` is a method of jax's jitted functions that `jax.stages.Wrapped` leaves out
+        return len(self.loaded) + self.plain._cache_size()  # type: ignore[attr-defined]
+
+    def __call__(self, *args: Any) -> Any:
+        signature = _signature(args)
+        if signature is None or _Owner.capturing():
+            return self.plain(*args)
+        key = (_trace_context(), signature)
+        fn = self.loaded.get(key)
+        if fn is None:
+            fn = self.loaded[key] = self._executable(key, args)
+        return fn(*args)
+
+    def _executable(self, key: tuple, args: tuple) -> Callable:
+        """The compiled program for `key` (trace settings, signature): from disk, or compiled
+        now and stored."""
+        folder = cache_dir()
+        if folder is None or not store.one_device():  # e.g. jax.distributed started meanwhile
+            return self.plain
+        context, signature = key
+        # outside a trace its one unprintable part (the axis environment) is empty
+        context = tuple(v if _plain_value(v) else type(v).__name__ for v in context)
+        text = repr((_environment(), store.settings(), context, self.program, signature))
+        path = store.path_of(folder, text)
+        start = time.perf_counter()
+        found = store.read(path, text)
+        if found is not None:
+            jax.monitoring.record_event(HIT_EVENT)
+            jax.monitoring.record_event_duration_secs(LOAD_EVENT, time.perf_counter() - start,
+                                                      fun_name=self.name)
+            return found[0]
+        hits = store.jax_hits.count
+        compiled = self.jitted.lower(*args).compile()
+        if store.jax_hits.count == hits:  # see `_JaxHits`: only a fresh one serializes whole
+            store.write(path, text, compiled)
+        return compiled
+
+
+def _signature(args: Any) -> tuple | None:
+    """What the compiled program depends on in `args`: structure, shapes, dtypes, weak types.
+    None when an argument is a tracer or something this cache does not key."""
+    out: list[Any] = []
+    array = _ARRAY[0]
+    for a in args:
+        kind = type(a)
+        if kind is array:
+            out.append((a.shape, a.dtype, a.weak_type))
+        elif kind in _SCALARS or a is None:
+            out.append(kind.__name__)
+        elif kind is tuple or kind is list:
+            inner = _signature(a)
+            if inner is None:
+                return None
+            out.append((kind.__name__, inner))
+        elif kind is np.ndarray or isinstance(a, np.generic):
+            out.append(("np", np.shape(a), a.dtype))
+        else:
+            return None
+    return tuple(out)
+
+
+def _plain_value(value: Any) -> bool:
+    """Whether `repr(value)` says all of it (and the same in every process)."""
+    if isinstance(value, (tuple, list, frozenset)):
+        return all(_plain_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(_plain_value(k) and _plain_value(v) for k, v in value.items())
+    if isinstance(value, slice):
+        return _plain_value((value.start, value.stop, value.step))
+    if isinstance(value, type):  # a scalar type such as jnp.float32 or np.int64
+        return issubclass(value, np.generic) or value in _PLAIN
+    return isinstance(value, _PLAIN)
+
+
+def _environment() -> str:
+    """What shapes every executable besides the key: see `store.environment`."""
+    return store.environment(_Owner.packages)
