@@ -58,9 +58,10 @@ MODES = {"resnet18": ("eager", "step", "backbone"),
 ONE_STAGE = ("eager", "backbone", "head", "breaks")
 LABELS = {"eager": "eager", "backbone": "backbone compiled", "head": "backbone + head compiled",
           "breaks": "forward with graph breaks", "step": "whole step (xla_trace)"}
-# Set by the benchmark for each child, never inherited: the caches and the compile threads.
-NOT_INHERITED = ("PARTIAL_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR", "PARTIAL_COMPILE_THREADS",
-                 "TORCHINDUCTOR_CACHE_DIR")
+# Never inherited by a child: the caches, their size bound and the compile threads are the
+# benchmark's to set (defaults unless it sets them).
+NOT_INHERITED = ("PARTIAL_CACHE_DIR", "PARTIAL_CACHE_MAX_SIZE", "JAX_COMPILATION_CACHE_DIR",
+                 "PARTIAL_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR")
 
 
 def worker(side: str, name: str, mode: str, steps: int) -> dict:

@@ -134,7 +134,8 @@ def rows(name: str, model: dict[str, Any], labels: dict[str, str]) -> list[str]:
         lines.append(mode_row(name, labels[mode], runs, torch, eager))
     lines.append(torch_row(name, "PyTorch eager", torch, torch))
     if "compile" in model["torch"]:
-        lines.append(torch_row(name, "PyTorch, torch.compile of the backbone",
+        what = "model" if name == "resnet18" else "backbone"
+        lines.append(torch_row(name, f"PyTorch, torch.compile of the {what}",
                                model["torch"]["compile"], torch))
     return lines
 

@@ -24,7 +24,7 @@ shows and clears it.
 which file to open for a change.
 """
 
-from .cache import CacheInfo
+from .entry_cache import CacheInfo
 from .errors import (
     CacheDirError,
     ExportError,

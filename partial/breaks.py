@@ -11,8 +11,8 @@ import jax
 import eager as eg
 from eager.hooks import short_path
 
-from .cache import CacheInfo
 from .entry import refuse_outer_gradients
+from .entry_cache import CacheInfo
 from .key import flatten_call
 from .lazy import LazyRun, Piece, Stretch, compile_stretch
 from .messages import warn_recompile

@@ -24,8 +24,8 @@ import jax
 import eager as eg
 from xla_segments import Segment
 
-from .cache import CacheInfo, shared_cache
 from .entry import Entry
+from .entry_cache import CacheInfo, shared_cache
 from .export import dump_region, export_region
 from .gmcallback import CompiledCallbacks
 from .introspection import EntryInfo, entry_info

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from xla_segments import Segment
 
-    from .cache import CacheInfo
+    from .entry_cache import CacheInfo
     from .introspection import EntryInfo
 
 _OWN = ("_module", "_traced")

@@ -17,9 +17,9 @@ import eager as eg
 from eager.hooks import describe_location, short_path
 
 from .breaks import Breaks
-from .cache import Cache, CacheInfo
 from .capture import capture
 from .entry import MISS, Entry, refuse_outer_gradients
+from .entry_cache import Cache, CacheInfo
 from .handover import BreakFound, HandedOver, hand_over
 from .key import Call, describe_change, flatten_call
 from .messages import break_without_host, warn_recompile

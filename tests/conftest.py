@@ -1,9 +1,26 @@
 """Shared fixtures: a deterministic framework seed per test, float64 for finite differences, and
 one persistent compilation cache per test process; and the hypothesis profiles."""
 
+import atexit
 import gc
 import os
+import shutil
+import tempfile
 import zlib
+
+# The cache is on by default in the user's own directory: tests never touch it. Tests build the
+# same small models again and again (a stateful test's every example, each parametrization, the
+# processes of every distributed launch): with a cache of their own, each distinct program
+# compiles once per test worker and later ones load it. Child processes get it through
+# `PARTIAL_CACHE_DIR`. Set before `partial` is imported (which applies it), since collecting
+# the tests already compiles. `PARTIAL_CACHE_DIR=` (empty) runs the suite with the cache off.
+if os.environ.get("PARTIAL_CACHE_DIR") != "":
+    _CACHE = tempfile.mkdtemp(prefix="partial-test-cache-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+    os.environ["PARTIAL_CACHE_DIR"] = _CACHE
+# and a child that clears PARTIAL_CACHE_DIR gets a default directory that is not the user's
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="partial-test-home-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], ignore_errors=True)
 
 import jax
 import numpy as np
@@ -11,7 +28,6 @@ import pytest
 from hypothesis import settings
 
 import eager as eg
-import partial
 
 # The differential tests compare float32 results with float64 references at float32's accuracy.
 # On NVIDIA GPUs jax computes float32 matrix products and convolutions in TF32 by default (10
@@ -29,26 +45,6 @@ if jax.default_backend() != "cpu":
 settings.register_profile("ci", max_examples=6, deadline=None, derandomize=True)
 settings.register_profile("thorough", max_examples=60, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _compilation_cache(tmp_path_factory):
-    """Tests build the same small models again and again (a stateful test's every example, each
-    parametrization, the processes of every distributed launch): with the cache, each distinct
-    program compiles once per test worker and later ones load it. Child processes get it
-    through `PARTIAL_CACHE_DIR` (a process that reads an entry another is still writing gets a
-    miss: jax warns and compiles). The directory is new for every run, so nothing leaks between
-    runs; a loaded executable is the one compiled for the same program and options."""
-    directory = str(tmp_path_factory.mktemp("compilation_cache"))
-    partial.set_cache_dir(directory)
-    before = os.environ.get("PARTIAL_CACHE_DIR")
-    os.environ["PARTIAL_CACHE_DIR"] = directory
-    yield
-    partial.set_cache_dir(None)
-    if before is None:
-        os.environ.pop("PARTIAL_CACHE_DIR", None)
-    else:
-        os.environ["PARTIAL_CACHE_DIR"] = before
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ stored by one op object loads into a fresh one (what a new process does) without
 to the compiled one; every part of the key separates programs; a damaged or foreign entry is
 compiled anew; what cannot be keyed runs through the plain jit."""
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,10 @@ import pytest
 
 import eager as eg
 import partial
+import xla_segments
 from eager.core.ops import Op
 from eager.core.ops import persistent as P
+from xla_segments import kept, store
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -24,7 +27,7 @@ TRACE = "/jax/core/compile/jaxpr_trace_duration"
 @pytest.fixture
 def cache(tmp_path):
     """A cache directory of this test's own; the session's is restored after."""
-    before = jax.config.jax_compilation_cache_dir
+    before = xla_segments.cache_dir()
     partial.set_cache_dir(tmp_path)
     yield tmp_path / "eager-ops"
     partial.set_cache_dir(before)
@@ -120,18 +123,23 @@ def test_a_changed_jax_setting_is_another_program(cache, events):
         assert events.get(P.HIT_EVENT) == 1
 
 
-@pytest.mark.parametrize("damage", ["truncated", "another key"])
+@pytest.mark.parametrize("damage", ["truncated", "header", "digest", "payload", "trailing",
+                                    "another key"])
 def test_a_damaged_or_foreign_entry_is_not_used(cache, events, damage):
     x = eg.tensor(np.arange(4, dtype=np.float32))
     expected = run(fresh_op(), x, x)
     (entry,) = cache.iterdir()
+    data = bytearray(entry.read_bytes())
     if damage == "truncated":
-        entry.write_bytes(entry.read_bytes()[:100])
-    else:  # a hash collision: the file holds the key it was written for
-        import pickle
-
-        text, *rest = pickle.loads(entry.read_bytes())
-        entry.write_bytes(pickle.dumps(("another program", *rest)))
+        entry.write_bytes(data[:100])
+    elif damage == "another key":  # a hash collision: the file holds the key it was written for
+        text, *rest = pickle.loads(store.verified(bytes(data)))
+        entry.write_bytes(store.framed(pickle.dumps(("another program", *rest))))
+    else:  # one bit flipped: in the magic tag, the digest, the body's middle, its last byte
+        at = {"header": 2, "digest": len(store.MAGIC) + 5, "payload": len(data) // 2,
+              "trailing": len(data) - 1}[damage]
+        data[at] ^= 1
+        entry.write_bytes(bytes(data))
     events.clear()
     np.testing.assert_array_equal(run(fresh_op(), x, x), expected)
     assert P.HIT_EVENT not in events and TRACE in events
@@ -164,11 +172,11 @@ def test_an_attribute_holding_an_ellipsis_is_keyed(cache):
 def test_a_first_wrap_inside_a_trace_keys_concrete_arrays_only(cache, monkeypatch):
     """The wrapper learns jax's array type at its first use; made in a trace, a constant is a
     tracer (the GPU run met this: every later traced call went to a compiled executable)."""
-    monkeypatch.setattr(P, "_ARRAY", [])
+    monkeypatch.setattr(kept, "_ARRAY", [])
     op = fresh_op()
     traced = jax.jit(lambda v: op.jitted((("a", 2.0),))(v, v))(jnp.ones(3))
     np.testing.assert_allclose(traced, 2.0 + np.sin(1.0), rtol=1e-6)
-    assert not issubclass(P._ARRAY[0], jax.core.Tracer)
+    assert not issubclass(kept._ARRAY[0], jax.core.Tracer)
     again = jax.jit(lambda v: op.jitted((("a", 2.0),))(v, v))(jnp.ones(3) * 2)
     np.testing.assert_allclose(again, 4.0 + np.sin(2.0), rtol=1e-6)
 
@@ -181,10 +189,10 @@ def test_ranks_of_a_distributed_run_keep_plain_jits(cache, monkeypatch):
 
 
 def test_no_cache_directory_means_plain_jits():
-    before = jax.config.jax_compilation_cache_dir
+    before = xla_segments.cache_dir()
     partial.set_cache_dir(None)
     try:
-        assert P.cache_dir() is None
+        assert xla_segments.cache_dir() is None
         assert not isinstance(fresh_op().jitted((("a", 2.0),)), P.Persistent)
     finally:
         partial.set_cache_dir(before)

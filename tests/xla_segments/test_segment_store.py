@@ -13,8 +13,10 @@ import pytest
 
 import eager as eg
 import partial
+import xla_segments
 from eager.autodiff import GradManager
 from eager.core.ops import lean_grads
+from partial import entry as partial_entry
 from xla_segments import CompileOptions, Segment, segment_store
 from xla_segments.segment_store import SegmentStore, describe
 
@@ -184,7 +186,8 @@ def test_other_inputs_or_options_are_other_executables():
 def stores_made(monkeypatch, region, *args):
     made = []
     real = segment_store.for_program
-    monkeypatch.setattr(segment_store, "for_program", lambda p: made.append(real(p)) or made[-1])
+    monkeypatch.setattr(partial_entry, "store_for_program",
+                        lambda p: made.append(real(p)) or made[-1])
     with GradManager().attach(list(args)) as gm:
         gm.backward(region(*args).sum())
     return made
@@ -193,7 +196,7 @@ def stores_made(monkeypatch, region, *args):
 @pytest.fixture
 def cache_dir(tmp_path):
     """`tmp_path` as the cache while the test runs; the session's cache afterwards."""
-    before = jax.config.jax_compilation_cache_dir
+    before = xla_segments.cache_dir()
     partial.set_cache_dir(tmp_path)
     yield tmp_path
     partial.set_cache_dir(before)
