@@ -63,14 +63,16 @@ def _on_duration(event: str, seconds: float, **_: Any) -> None:
 def recent_runs(directory: str) -> list[dict]:
     """The runs recorded in the cache `directory`, oldest first (unreadable lines skipped)."""
     try:
-        with open(os.path.join(directory, RUNS)) as f:
-            lines = f.readlines()
+        with open(os.path.join(directory, RUNS), "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return []
     runs = []
     for line in lines:
         with contextlib.suppress(ValueError):
-            runs.append(json.loads(line))
+            run = json.loads(line)
+            if isinstance(run, dict):
+                runs.append(run)
     return runs
 
 

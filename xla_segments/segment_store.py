@@ -95,8 +95,9 @@ class SegmentStore:
         """`load(text)` on the reader thread: None when nothing is kept for `text`, else a
         function that waits for the read and returns what `load` would."""
         where = self._where(text)  # (here: the trace context is this thread's)
+        # noted as a miss either way: a read that fails is compiled and saved again
+        self._misses[text] = store.jax_hits.count
         if where is None or not where[0].exists():
-            self._misses[text] = store.jax_hits.count
             return None
         reading = _reader().submit(store.read, *where)
 
