@@ -24,7 +24,7 @@ warm-up steps, jax's compile events per 100 steps and in the last 100 (a load fr
 persistent cache counts as one too: the table says how many were loads), the final loss, and the
 largest relative difference of the loss curve from PyTorch's.
 
-Children run without a persistent compilation cache (`PARTIAL_CACHE_DIR` removed, jax's cache
+Children run without a persistent compilation cache (`PARTIAL_CACHE_DIR` empty, jax's cache
 off). With `--cache-dir DIR` each jax mode runs twice with the cache in `DIR/<mode>`: the first
 process fills it, the second reuses it. The goals: total time at most 5x PyTorch eager's
 without the cache and 1.5x with it (second process); partial's median step at most 1.25x PyTorch
@@ -54,6 +54,7 @@ import eager as eg
 import eager.functional as F
 import eager.module as M
 import eager.optimizer as optim
+import xla_segments
 from benchmarks.compiles import count_compiles
 from eager.autodiff import GradManager
 from partial import partial_trace, set_cache_dir, xla_trace
@@ -234,7 +235,7 @@ def run_mode(mode: str, cfg: Config, steps: int, seed: int = 0) -> dict[str, Any
         batches = [tuple(torch.from_numpy(np.asarray(data[k][i])) for k in keys)
                    for i in range(steps)]
     else:
-        result["cache_dir"] = jax.config.jax_compilation_cache_dir
+        result["cache_dir"] = xla_segments.cache_dir()
         if mode == "partial_ladder":
             eg.set_ragged_buckets(2.0, small_source=0)
         step, _ = eager_step(mode, cfg, seed)
@@ -270,8 +271,8 @@ def summarize(result: dict[str, Any], warmup: int) -> dict[str, Any]:
 # ----- the parent -------------------------------------------------------------------------------
 def child_env(cache: bool) -> dict[str, str]:
     env = dict(os.environ)
-    for var in ("PARTIAL_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR"):
-        env.pop(var, None)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env["PARTIAL_CACHE_DIR"] = ""  # off (unset is the user's own cache); `--cache-dir` sets one
     env["JAX_ENABLE_COMPILATION_CACHE"] = "true" if cache else "false"
     return env
 

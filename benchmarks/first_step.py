@@ -50,10 +50,8 @@ print(json.dumps({"import": imported, "step1": times[0], "step2": times[1],
 
 
 def child(mode: str, cache: str | None) -> dict[str, float]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PARTIAL_CACHE_DIR", "JAX_COMPILATION_CACHE_DIR")}
-    if cache is not None:
-        env["PARTIAL_CACHE_DIR"] = cache
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["PARTIAL_CACHE_DIR"] = "" if cache is None else cache  # (empty: off)
     done = subprocess.run([sys.executable, "-c", CHILD, mode], env=env, capture_output=True,
                           text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
