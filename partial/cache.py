@@ -45,7 +45,7 @@ def info(directory: str, out: object = sys.stdout) -> None:
           f"(least recently used removed first)", file=out)
     for sub, what in _KINDS:
         print(f"  {sub + '/':<11} {len(_files(root / sub)):6d} {what}", file=out)
-    jax_own = [p for p in files if p.parent == root and p.name.endswith("-cache")]
+    jax_own = [p for p in files if p.parent.name.startswith("jax-") and p.name.endswith("-cache")]
     print(f"  {'(jax)':<11} {len(jax_own):6d} jax's own entries", file=out)
     runs = xla_segments.recent_runs(directory)[-10:]
     if not runs:

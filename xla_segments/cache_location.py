@@ -15,13 +15,17 @@ be used, turns the cache off with a warning (training never fails for want of a 
 directory the user names raises `CacheDirError` instead.
 
 The cache is also jax's own persistent compilation cache (`jax_compilation_cache_dir`), which
-keeps the programs this project does not key itself. The setting is resolved at the first
-compile that asks (`current()`), so importing the package changes nothing.
+keeps the programs this project does not key itself, in a folder named for this host's CPU
+(`jax-<hash of its features>`): jax's key leaves the CPU out, and a home directory shared by
+machines of different CPUs must not hand one the other's machine code. The setting is resolved
+at the first compile that asks (`current()`), so importing the package changes nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 import stat
 import sys
 import threading
@@ -128,10 +132,26 @@ def _apply(directory: str | None) -> None:
         # dependent size: nearly all of ours (eager ops, small segments), whose count is the cost.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_compilation_cache_dir",
+                      None if directory is None else os.path.join(directory, jax_folder()))
     # jax opens its cache, and decides whether to use it at all, once at the first compile of
     # the process; resetting makes a change after that take effect (and `None` close the old).
     compilation_cache.reset_cache()
+
+
+def host_features() -> str:
+    """The host CPU's architecture and feature flags (an XLA:CPU executable is built for them)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        flags = platform.processor()
+    return f"{platform.machine()} {flags.strip()}"
+
+
+def jax_folder() -> str:
+    """The folder of the cache directory that holds jax's own entries on this host."""
+    return "jax-" + hashlib.sha256(host_features().encode()).hexdigest()[:12]
 
 
 def usable_directory(path: str | os.PathLike[str]) -> str:

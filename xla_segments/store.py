@@ -25,7 +25,6 @@ import hashlib
 import importlib.metadata
 import os
 import pickle
-import platform
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -77,18 +76,9 @@ def environment(packages: Sequence[str]) -> str:
         device = jax.devices()[0]
         _ENVIRONMENTS[key] = repr((
             _FORMAT, jax.__version__, importlib.metadata.version("jaxlib"), device.platform,
-            device.device_kind, device.id, _cpu_flags(), platform.machine(),
+            device.device_kind, device.id, cache_location.host_features(),
             os.environ.get("XLA_FLAGS", ""), source.hexdigest()))
     return _ENVIRONMENTS[key]
-
-
-def _cpu_flags() -> str:
-    """The host CPU's feature flags (an executable for XLA:CPU is built for them)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return platform.processor()
 
 
 def path_of(directory: str, text: str) -> Path:
