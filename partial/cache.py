@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 import xla_segments
 
@@ -35,7 +36,7 @@ def _files(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.is_file()] if directory.is_dir() else []
 
 
-def info(directory: str, out: object = sys.stdout) -> None:
+def info(directory: str, out: TextIO = sys.stdout) -> None:
     """Print where the cache is, its size against its limit, entries by kind and recent runs."""
     root = Path(directory)
     files = _files(root)

@@ -18,6 +18,7 @@ from .cache_location import CacheDirError, CacheWarning, default_dir, set_cache_
 from .cache_location import current as cache_dir
 from .cache_stats import counts as cache_counts
 from .cache_stats import recent_runs
+from .compile_pool import threads as compile_threads
 from .eviction import max_size as cache_max_size
 from .eviction import set_max_size as set_cache_max_size
 from .kept import HIT_EVENT as KEPT_HIT_EVENT
@@ -25,7 +26,7 @@ from .kept import LOAD_EVENT as KEPT_LOAD_EVENT
 from .kept import Kept, Persistent
 from .kept import own as own_kept_ops
 from .kept import wrap as keep_jitted
-from .options import REMAT_VALUES, CompileOptions
+from .options import REMAT_VALUES, CompileOptions, quick_compile_options
 from .per_rank import PerRank
 from .segment import Executable, Segment, abstract
 from .segment_store import SegmentStore
@@ -36,4 +37,5 @@ __all__ = ["Segment", "Executable", "CompileOptions", "PerRank", "abstract", "RE
            "set_cache_dir", "cache_dir", "default_dir", "CacheDirError", "CacheWarning",
            "set_cache_max_size", "cache_max_size", "cache_counts", "recent_runs",
            "Kept", "Persistent", "keep_jitted", "own_kept_ops", "KEPT_HIT_EVENT",
-           "KEPT_LOAD_EVENT", "SegmentStore", "store_for_program", "store_for_stretch"]
+           "KEPT_LOAD_EVENT", "quick_compile_options", "SegmentStore", "store_for_program",
+           "store_for_stretch", "compile_threads"]

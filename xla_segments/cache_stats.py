@@ -47,17 +47,17 @@ def counts() -> dict[str, Any]:
     return now
 
 
-def _on_event(event: str, **_: Any) -> None:
+def _on_event(event: str, **_: str | int) -> None:
     if event == _JAX_HIT:
         with _lock:
             _counts["jax_hits"] += 1
 
 
-def _on_duration(event: str, seconds: float, **_: Any) -> None:
+def _on_duration(event: str, duration_secs: float, **_: str | int) -> None:
     if event == _COMPILE:
         with _lock:
             _counts["compiles"] += 1
-            _counts["compile_seconds"] += seconds
+            _counts["compile_seconds"] += duration_secs
 
 
 def recent_runs(directory: str) -> list[dict]:

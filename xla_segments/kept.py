@@ -39,7 +39,7 @@ try:  # the settings that shape a trace (x64, matmul precision, ...), as jit's o
 except ImportError:  # another jax: nothing is kept, rather than keyed without them
     _trace_context = None
 
-from . import store
+from . import compile_pool, store
 
 HIT_EVENT = "/eager/persistent_cache/hits"
 LOAD_EVENT = "/eager/persistent_cache/load_duration"
@@ -125,13 +125,14 @@ class Kept:
 class Persistent:
     """A jitted op whose executables, per abstract signature of the arguments (and jax's trace
     settings), come from disk when present. Calls inside a trace, or with arguments it cannot
-    key, go to `plain`."""
+    key, go to `plain`. `prefetch` starts getting one on the compile pool before its call."""
 
-    __slots__ = ("jitted", "plain", "program", "name", "loaded", "__weakref__")
+    __slots__ = ("jitted", "plain", "program", "name", "loaded", "started", "__weakref__")
 
     def __init__(self, jitted: jax.stages.Wrapped, plain: Callable, program: str, name: str):
         self.jitted, self.plain, self.program, self.name = jitted, plain, program, name
         self.loaded: dict[tuple, Callable] = {}
+        self.started: dict[tuple, compile_pool.Task] | None = None  # by `prefetch`, not used yet
 
     def _cache_size(self) -> int:  # as a jitted function reports it (compiled specializations)
         # `_cache_size` is a method of jax's jitted functions that `jax.stages.Wrapped` leaves out
@@ -147,29 +148,89 @@ class Persistent:
             fn = self.loaded[key] = self._executable(key, args)
         return fn(*args)
 
+    def prefetch(self, *args: Any) -> None:
+        """Start getting the program a call with arguments like `args` will run (arrays, or
+        `jax.ShapeDtypeStruct`s for arrays not made yet: a backward's cotangents): read on
+        the compile pool (`compile_pool.py`), or lowered here and compiled there. That call
+        waits for it. Only until the first program is in use: after that, asking would cost
+        every step what it saves once (the hot path of a recorded op)."""
+        if self.loaded or _Owner.capturing():
+            return
+        args = jax.tree.map(_abstract, args)  # (the pool holds no array a step may donate)
+        signature = _signature(args)
+        if signature is None:
+            return
+        key = (_trace_context(), signature)
+        started = self.started = self.started or {}
+        where = None if key in started else self._where(key)
+        if where is None:
+            return
+        job = (lambda: self._read(where)) if where[0].exists() else self._compiler(where, args)
+        if job is not None:
+            started[key] = compile_pool.Task(job)
+
+    def _compiler(self, where: tuple[Any, str], args: tuple) -> Callable[[], Any] | None:
+        """A job that compiles and stores the program for `args`, lowered now: in this thread,
+        whose jax settings shape it (a pool thread has its own). None if it does not lower."""
+        try:
+            lowered = self.jitted.lower(*args)
+        except Exception:  # noqa: BLE001 - the call lowers it again, and raises there as ever
+            return None
+        return lambda: self._compiled(where, lowered)
+
     def _executable(self, key: tuple, args: tuple) -> Callable:
-        """The compiled program for `key` (trace settings, signature): from disk, or compiled
-        now and stored."""
+        """The compiled program for `key` (trace settings, signature): started by `prefetch`,
+        from disk, or compiled now and stored."""
+        task = self.started.pop(key, None) if self.started else None
+        if task is not None and task.error() is None:  # (else: failed there, raised here)
+            compiled = task.result()
+            if compiled is not None:
+                return compiled
+        where = self._where(key)
+        if where is None:
+            return self.plain
+        found = self._read(where)
+        return found if found is not None else self._compiled(where, self.jitted.lower(*args))
+
+    def _where(self, key: tuple) -> tuple[Any, str] | None:
+        """The file and the full key text of the program for `key`, or None: not kept."""
         folder = cache_dir()
         if folder is None or not store.one_device():  # e.g. jax.distributed started meanwhile
-            return self.plain
+            return None
         context, signature = key
         # outside a trace its one unprintable part (the axis environment) is empty
         context = tuple(v if _plain_value(v) else type(v).__name__ for v in context)
         text = repr((_environment(), store.settings(), context, self.program, signature))
-        path = store.path_of(folder, text)
+        return store.path_of(folder, text), text
+
+    def _read(self, where: tuple[Any, str]) -> Any:
+        """The program stored at `where`, or None."""
+        path, text = where
         start = time.perf_counter()
         found = store.read(path, text)
-        if found is not None:
-            jax.monitoring.record_event(HIT_EVENT)
-            jax.monitoring.record_event_duration_secs(LOAD_EVENT, time.perf_counter() - start,
-                                                      fun_name=self.name)
-            return found[0]
+        if found is None:
+            return None
+        jax.monitoring.record_event(HIT_EVENT)
+        jax.monitoring.record_event_duration_secs(LOAD_EVENT, time.perf_counter() - start,
+                                                  fun_name=self.name)
+        return found[0]
+
+    def _compiled(self, where: tuple[Any, str], lowered: jax.stages.Lowered) -> Any:
+        """`lowered` compiled, and stored at `where` when compiled anew."""
         hits = store.jax_hits.count
-        compiled = self.jitted.lower(*args).compile()
+        compiled = lowered.compile()
         if store.jax_hits.count == hits:  # see `_JaxHits`: only a fresh one serializes whole
-            store.write(path, text, compiled)
+            store.write(*where, compiled)
         return compiled
+
+
+def _abstract(a: Any) -> Any:
+    """A concrete array as its `jax.ShapeDtypeStruct` (what lowering reads of it); anything
+    else as it is."""
+    array: Any = _ARRAY[0] if _ARRAY else None
+    if type(a) is array:
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type)
+    return a
 
 
 def _signature(args: Any) -> tuple | None:
@@ -190,6 +251,8 @@ def _signature(args: Any) -> tuple | None:
             out.append((kind.__name__, inner))
         elif kind is np.ndarray or isinstance(a, np.generic):
             out.append(("np", np.shape(a), a.dtype))
+        elif kind is jax.ShapeDtypeStruct:  # an array to come (`Persistent.prefetch`)
+            out.append((a.shape, a.dtype, a.weak_type))
         else:
             return None
     return tuple(out)

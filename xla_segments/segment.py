@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import jax
 
-from . import per_rank
+from . import compile_pool, per_rank, segment_store
 from .deferred import Deferred
 from .layout import channels_last, has_convolution
 from .options import CompileOptions
@@ -171,8 +171,8 @@ class Segment:
             text = self._text("forward")
             self._forward = self._load("forward", text, lambda: self._build_forward().lowered)
             if self._forward is None:
-                self._forward = self._build_forward()
-                self._keep(text, self._forward)
+                forward = self._forward = self._build_forward()
+                self._keep(text, forward.compiled, forward.compiler_options)
         return self._forward
 
     def _build_forward(self) -> Executable:
@@ -217,17 +217,17 @@ class Segment:
         can (`deferred.py`): the step goes on to it meanwhile."""
         later = getattr(self.store, "load_later", None)
         if text is None or later is None:
-            return self._load("backward", text, lambda: self._build_vjp(key)[1].lowered)
+            return self._load("backward", text, lambda: self._lower_vjp(key)[1].lowered)
         wait = later(text)
         if wait is None:
             return None
-        exe = Executable("backward", None, lambda: self._build_vjp(key)[1].lowered, 0.0)
-        exe.compiled = Deferred(exe, wait, lambda: self._build_vjp(key)[1].compiled)
+        exe = Executable("backward", None, lambda: self._lower_vjp(key)[1].lowered, 0.0)
+        exe.compiled = Deferred(exe, wait, lambda: self._lower_vjp(key)[1].compile())
         return exe
 
-    def _keep(self, text: str | None, exe: Executable) -> None:
+    def _keep(self, text: str | None, compiled: Any, xla_options: dict) -> None:
         if text is not None and self.store is not None:
-            self.store.save(text, exe.compiled, exe.compiler_options)
+            self.store.save(text, compiled, xla_options)
 
     def vjp(self, wrt: tuple[int, ...],
             diff_outputs: tuple[int, ...]) -> tuple[Executable, Executable]:
@@ -238,33 +238,34 @@ class Segment:
         cotangents) -> gradients` takes one cotangent per entry of `diff_outputs` and returns one
         gradient per entry of `wrt`. Outputs outside `diff_outputs` are treated as constants.
         The function is differentiated under `options.remat`'s `jax.checkpoint` policy, if any.
+
+        Both are traced and lowered here; with a compile pool (`compile_pool.py`) they then
+        compile there at once, each awaited at its first call (the backward's compile goes on
+        while the step runs on to its loss).
         """
         key = (tuple(wrt), tuple(diff_outputs))
         pair = self._vjps.get(key)
         if pair is None:
             texts = self._text("forward_vjp", key), self._text("backward", key)
-            forward = self._load("forward_vjp", texts[0], lambda: self._build_vjp(key)[0].lowered)
+            forward = self._load("forward_vjp", texts[0], lambda: self._lower_vjp(key)[0].lowered)
             backward = self._load_later(key, texts[1])  # (a miss is noted, to keep it later)
             if forward is not None and backward is not None:
                 pair = self._vjps[key] = (forward, backward)
             else:
-                pair = self._vjps[key] = self._build_vjp(key)
-                for text, exe in zip(texts, pair):
-                    self._keep(text, exe)
+                pair = self._vjps[key] = self._build_vjp(key, texts)
         return pair
 
-    def _build_vjp(self, key: tuple) -> tuple[Executable, Executable]:
-        """The training forward and the backward for `key` (wrt, diff_outputs), traced and
-        compiled."""
+    def _vjp_functions(self, key: tuple) -> tuple[Callable, Callable]:
+        """The training forward for `key` (wrt, diff_outputs), `(*inputs) -> (outputs,
+        residuals)`, and `rebuild(residuals)`, the pullback it keeps the residuals of."""
         fwd = _vjp_forward(_rematerialized(self._function(), self.options), *key)
         fwd, rebuild = slim(fwd, self._avals, key[1])
         fwd.__name__ = f"{self.name}_forward_vjp{self._tag}"
-        fwd_exe = _compile("forward_vjp", fwd, self._avals, self.options)
-        # Shapes from the lowering, placements from the executable (where outputs land).
-        placed = jax.tree.map(
-            lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype,
-                                                        sharding=sharding),
-            fwd_exe.lowered.out_info, fwd_exe.compiled.output_shardings)
+        return fwd, rebuild
+
+    def _lower_backward(self, key: tuple, rebuild: Callable, placed: Any) -> _Lowering:
+        """The backward for `key` lowered for the training forward's outputs and residuals
+        `placed` (avals with the placements the forward gives them)."""
         out_info, res = placed
         cts = tuple(out_info[j] for j in key[1])
         layouts = (None,) * len(key[0]) if self.options.per_rank else tuple(
@@ -276,8 +277,78 @@ class Segment:
                          for g, s in zip(grads, layouts))
 
         backward.__name__ = f"{self.name}_backward{self._tag}"
-        bwd_exe = _compile("backward", backward, (res, cts), self.options)
-        return self._local(fwd_exe), self._local(bwd_exe, *key)
+        return _lower("backward", backward, (res, cts), self.options)
+
+    def _lower_vjp(self, key: tuple) -> tuple[_Lowering, _Lowering]:
+        """Both executables for `key` lowered, not compiled (the backward for the forward's
+        outputs where they would land): what `Executable.lowered` shows of a loaded pair, and
+        what a backward that could not be read compiles."""
+        fwd, rebuild = self._vjp_functions(key)
+        fwd_low = _lower("forward_vjp", fwd, self._avals, self.options)
+        device = self._device()
+        if device is None:
+            compiled = fwd_low.compile()
+            return fwd_low, self._lower_backward(key, rebuild, _placed(fwd_low, compiled))
+        return fwd_low, self._lower_backward(key, rebuild, _placed(fwd_low, device))
+
+    def _build_vjp(self, key: tuple, texts: tuple = (None, None)
+                   ) -> tuple[Executable, Executable]:
+        """The training forward and the backward for `key` (wrt, diff_outputs), traced and
+        compiled, and kept under `texts`. Serially, the backward is lowered for where the
+        compiled forward puts its outputs; on a compile pool (`_compile_both`) for where they
+        will be, the forward's compile going on meanwhile."""
+        fwd, rebuild = self._vjp_functions(key)
+        fwd_low = _lower("forward_vjp", fwd, self._avals, self.options)
+        device = self._device() if compile_pool.parallel() else None
+        if device is not None:
+            return self._compile_both(key, texts, rebuild, fwd_low, device)
+        fwd_exe = fwd_low.executable()
+        bwd_exe = self._lower_backward(key, rebuild, _placed(fwd_low, fwd_exe.compiled)
+                                       ).executable()
+        pair = self._local(fwd_exe), self._local(bwd_exe, *key)
+        for text, exe in zip(texts, pair):
+            self._keep(text, exe.compiled, exe.compiler_options)
+        return pair
+
+    def _device(self) -> Any:
+        """The one device the training forward runs on, or None: several (or a per-rank
+        segment), or one that only its compile could tell (uncommitted inputs beside other
+        devices). Its outputs land there, so the backward can be lowered before it compiled."""
+        if self.options.per_rank is not None:
+            return None
+        shardings = {a.sharding for a in self._avals if a.sharding is not None}
+        devices = {d for s in shardings for d in s.device_set}
+        if not shardings:
+            return jax.devices()[0] if jax.device_count() == 1 else None
+        if len(devices) == 1 and all(isinstance(s, jax.sharding.SingleDeviceSharding)
+                                     for s in shardings):
+            return devices.pop()
+        return None
+
+    def _compile_both(self, key: tuple, texts: tuple, rebuild: Callable, fwd_low: _Lowering,
+                      device: Any) -> tuple[Executable, Executable]:
+        """`_build_vjp` on the compile pool: the forward compiles while the backward is lowered
+        for outputs on `device`, then compiles beside it. Should the compiled forward put its
+        outputs elsewhere after all, that backward is neither kept nor run: it is lowered
+        and compiled again at its first use, for where they are."""
+        predicted = _placed(fwd_low, device)
+        fwd_exe, fwd_done = _compile_later(
+            fwd_low, lambda c: self._keep(texts[0], c, fwd_low.xla_options), fwd_low.compile)
+        bwd_low = self._lower_backward(key, rebuild, predicted)
+
+        def as_predicted(forward: Any) -> bool:
+            return _placed(fwd_low, forward) == predicted
+
+        def keep(compiled: Any) -> None:  # (after the compile: waits for the forward's)
+            if fwd_done.error() is None and as_predicted(fwd_done.result()):
+                self._keep(texts[1], compiled, bwd_low.xla_options)
+
+        def relowered() -> Any:
+            return self._lower_backward(key, rebuild, _placed(fwd_low, fwd_exe.compiled)).compile()
+
+        bwd_exe, _ = _compile_later(bwd_low, keep, relowered,
+                                    valid=lambda: as_predicted(fwd_exe.compiled))
+        return fwd_exe, bwd_exe
 
     def _local(self, exe: Executable, wrt: tuple = (), diff_outputs: tuple = ()) -> Executable:
         """`exe` as called on this rank's local arrays, for a per-rank segment."""
@@ -363,13 +434,85 @@ def _vjp_forward(fn: Callable, wrt: tuple[int, ...], diff_outputs: tuple[int, ..
     return forward
 
 
-def _compile(kind: str, fn: Callable, avals: Sequence[Any], options: CompileOptions,
-             jit_args: dict[str, Any] | None = None) -> Executable:
+@dataclass
+class _Lowering:
+    """An executable traced and lowered, not compiled yet, and what that took."""
+
+    kind: str
+    lowered: jax.stages.Lowered
+    xla_options: dict
+    seconds: float
+
+    def compile(self) -> Any:
+        """The `jax.stages.Compiled`, compiled now in this thread."""
+        # None, not {}, when there are none: exactly the call made before options existed.
+        return self.lowered.compile(compiler_options=self.xla_options or None)
+
+    def executable(self) -> Executable:
+        """The `Executable`, compiled now in this thread."""
+        start = time.perf_counter()
+        compiled = self.compile()
+        return Executable(self.kind, compiled, self.lowered,
+                          self.seconds + time.perf_counter() - start, self.xla_options)
+
+
+def _lower(kind: str, fn: Callable, avals: Sequence[Any], options: CompileOptions,
+           jit_args: dict[str, Any] | None = None) -> _Lowering:
+    """`fn` traced and lowered for `avals` (in this thread: a trace error surfaces here), with
+    the XLA options `options` give its kind."""
     start = time.perf_counter()
     traced = jax.jit(fn, **(jit_args or {})).trace(*avals)
     lowered = traced.lower()
     xla_options = options.for_kind(kind, convolves=bool(options.conv_options)
                                    and has_convolution(traced.jaxpr))
-    # None, not {}, when there are none: exactly the call made before options existed.
-    compiled = lowered.compile(compiler_options=xla_options or None)
-    return Executable(kind, compiled, lowered, time.perf_counter() - start, xla_options)
+    return _Lowering(kind, lowered, xla_options, time.perf_counter() - start)
+
+
+def _compile(kind: str, fn: Callable, avals: Sequence[Any], options: CompileOptions,
+             jit_args: dict[str, Any] | None = None) -> Executable:
+    return _lower(kind, fn, avals, options, jit_args).executable()
+
+
+def _placed(low: _Lowering, where: Any) -> Any:
+    """The lowered training forward's outputs and residuals as avals placed where the forward
+    puts them: per its compiled executable's `output_shardings`, or all on one device."""
+    infos = low.lowered.out_info
+    if isinstance(where, jax.Device):
+        shardings = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(where), infos)
+    else:
+        shardings = where.output_shardings
+    return jax.tree.map(
+        lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding),
+        infos, shardings)
+
+
+def _compile_later(low: _Lowering, keep: Callable[[Any], None], retry: Callable[[], Any],
+                   valid: Callable[[], bool] | None = None
+                   ) -> tuple[Executable, compile_pool.Task]:
+    """The `Executable` of `low`, compiled on the compile pool and kept (`keep(compiled)`) by
+    the thread that compiled it, and that compile's task. Its `compiled` waits for it at
+    the first call; `retry()` compiles it in the calling thread after a failed compile, or
+    when `valid()`, asked at the first call, says the one compiled will not do."""
+    exe = Executable(low.kind, None, low.lowered, low.seconds, low.xla_options)
+    context = _context()
+
+    def job() -> Any:
+        start = time.perf_counter()
+        compiled = low.compile()
+        exe.seconds += time.perf_counter() - start
+        if context is not None and _context() == context:  # a store keys it by the caller's
+            keep(compiled)
+        return compiled
+
+    done = compile_pool.Task(job)
+    exe.compiled = compile_pool.Compiling(done, retry, valid)
+    return exe, done
+
+
+def _context() -> Any:
+    """jax's settings that shape a trace in this thread (x64, matmul precision, ...) as
+    `SegmentStore` keys an executable by them (values, and the type of anything else), or None
+    in a jax that does not say: they are per thread, so a pool thread may have others."""
+    if segment_store._trace_context is None:
+        return None
+    return segment_store.settings_key()

@@ -77,7 +77,7 @@ class SegmentStore:
         folder = store.folder(_SUBDIR)
         if folder is None or not store.one_device() or _trace_context is None:
             return None
-        context = tuple(v if _plain(v) else type(v).__name__ for v in _trace_context())
+        context = settings_key()
         full = repr((store.environment(_PACKAGES), store.settings(), context, self.description,
                      text))
         return store.path_of(folder, full), full
@@ -116,6 +116,14 @@ class SegmentStore:
         where = self._where(text)
         if where is not None:
             store.write(*where, compiled, xla_options)
+
+
+def settings_key() -> tuple:
+    """jax's settings that shape a trace in this thread (x64, matmul precision, ...), as an
+    entry is keyed by them: values, and the type of anything else (outside a trace its one
+    unprintable part, the axis environment, is empty). Call only where `_trace_context` exists."""
+    assert _trace_context is not None
+    return tuple(v if _plain(v) else type(v).__name__ for v in _trace_context())
 
 
 def describe(jaxpr: Any, consts: list, n_args: int) -> str | None:

@@ -23,6 +23,7 @@ from . import device as _device
 from . import profiling as _profiling
 from .errors import BackwardError
 from .ops.persistent import Kept
+from .ops.registry import start_vjp
 
 # Per thread: (how many GradManagers record now, no_grad / Function-forward depth). A
 # GradManager recording in one thread never makes another thread's ops record.
@@ -108,6 +109,8 @@ class Node:
         # (op, attrs key, differentiated positions, input arrays) for a registry op's node:
         # what a recorded backward (`eager.core.higher_order`) needs to apply the vjp as an op.
         self.op = op
+        if op is not None:  # its backward program, compiled meanwhile on the compile pool
+            start_vjp(op, out_avals)
         # `finish(cotangents, sole, manager)`, optional: the vjp for a backward run by
         # `manager`, where `sole[i]` says that parent i is a leaf this node alone sends a
         # gradient to; the grad of such a leaf may come back as `Finished` (callbacks applied).

@@ -101,17 +101,17 @@ _PREDICATES: dict[str, Callable] = {
 # Elementwise: each row of a ragged axis 0 independent of the others (broadcasting is checked
 # per call in ragged_dispatch.py).
 for _name, _fn in _ARITHMETIC.items():
-    defop(_name, ragged=ROWS)(_fn)
+    defop(_name, ragged=ROWS, quick=True)(_fn)
 for _name, _fn in _PREDICATES.items():
-    defop(_name, differentiable=False, ragged=ROWS)(_fn)
+    defop(_name, differentiable=False, ragged=ROWS, quick=True)(_fn)
 
 
-@defop("leaky_relu", ragged=ROWS)
+@defop("leaky_relu", ragged=ROWS, quick=True)
 def leaky_relu(x, *, negative_slope):
     return jnp.where(x > 0, x, x * negative_slope)
 
 
-@defop("astype", ragged=ROWS)
+@defop("astype", ragged=ROWS, quick=True)
 def astype(x, *, dtype):
     return x.astype(dtype)
 
@@ -122,11 +122,11 @@ def _relu6(x):
     return jnp.where(x <= 0, jnp.zeros_like(x), jnp.where(x >= 6, jnp.full_like(x, 6), x))
 
 
-defop("relu6", ragged=ROWS)(_relu6)
-defop("hsigmoid", ragged=ROWS)(lambda x: _relu6(x + 3) / 6)
+defop("relu6", ragged=ROWS, quick=True)(_relu6)
+defop("hsigmoid", ragged=ROWS, quick=True)(lambda x: _relu6(x + 3) / 6)
 
 
-@defop("hswish", ragged=ROWS)
+@defop("hswish", ragged=ROWS, quick=True)
 def hswish(x):
     # x * relu6(x + 3) / 6, split into its three pieces: at -3 and 3 the gradient is the middle
     # piece's slope (x / 3 + 1/2), PyTorch's convention, which the product rule would not give.
@@ -141,7 +141,7 @@ def _elu(x, alpha):
     return jnp.where(x > 0, x, negative)
 
 
-@defop("elu", ragged=ROWS)
+@defop("elu", ragged=ROWS, quick=True)
 def elu(x, *, alpha):
     return _elu(x, alpha)
 
@@ -150,12 +150,12 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
-@defop("selu", ragged=ROWS)
+@defop("selu", ragged=ROWS, quick=True)
 def selu(x):
     return _SELU_SCALE * _elu(x, _SELU_ALPHA)
 
 
-@defop("prelu", ragged=ROWS)
+@defop("prelu", ragged=ROWS, quick=True)
 def prelu(x, weight):
     """x where x > 0, else weight * x; a weight with one element per channel applies along
     axis 1 (the functional wrapper checks its size)."""

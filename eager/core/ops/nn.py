@@ -155,7 +155,7 @@ def adaptive_avg_pool2d(x, *, out_shape):
     return _window(x, np.array(0, x.dtype), lax.add, k, stride, (0, 0)) / (k[0] * k[1])
 
 
-@defop("batch_norm_train", nondiff_outputs=(1, 2))
+@defop("batch_norm_train", nondiff_outputs=(1, 2), quick=True)
 def batch_norm_train(x, weight, bias, *, eps):
     """Normalize with batch statistics; also return the mean and the unbiased variance.
     The output has x's dtype; a float16 x with float32 weights (MegEngine's mixed precision)
@@ -170,7 +170,7 @@ def batch_norm_train(x, weight, bias, *, eps):
     return y, mean.reshape(-1), var.reshape(-1) * (n / max(n - 1, 1))
 
 
-@defop("batch_norm_eval")
+@defop("batch_norm_eval", quick=True)
 def batch_norm_eval(x, running_mean, running_var, weight, bias, *, eps):
     wide = _normalize_dtype(x, weight, running_mean)
     mean, var = _channel(running_mean, x.ndim), _channel(running_var, x.ndim)
@@ -193,7 +193,7 @@ def _scale_shift(centered, inv_std, weight, bias):
     return y if bias is None else y + _channel(bias, y.ndim)
 
 
-@defop("running_stats_update", differentiable=False, multi_output=True)
+@defop("running_stats_update", differentiable=False, multi_output=True, quick=True)
 def running_stats_update(running_mean, running_var, mean, var, *, momentum):
     """MegEngine's convention: running = momentum * running + (1 - momentum) * batch."""
     mean, var = mean.reshape(running_mean.shape), var.reshape(running_var.shape)

@@ -7,10 +7,12 @@ forward (the backward rule). Nothing on the eager hot path traces anew once a ca
 from __future__ import annotations
 
 import functools as ft
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+
+from xla_segments import compile_threads, quick_compile_options
 
 from ..context import current
 from . import persistent
@@ -43,11 +45,14 @@ class Op:
             length). A region with graph breaks runs it in a stretch of its own, so that the
             ops after it compile once per output size rather than once per combination of
             its inputs' sizes, as they do in eager code.
+        quick: a small program that runs cheaply (an elementwise map, an optimizer update, a
+            normalization): compiled with `xla_segments.quick_compile_options()`, which cut
+            its compile time without changing its results or its speed.
     """
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
                  "_fwd", "_bwd", "donate", "derived", "compiler_options", "ragged",
-                 "ragged_ops", "persist", "resizes")
+                 "ragged_ops", "persist", "resizes", "quick")
 
     def __init__(
         self,
@@ -61,6 +66,7 @@ class Op:
         compiler_options: Callable[..., dict] | None = None,
         ragged: str | Callable[[dict, int], str | None] | None = None,
         resizes: bool = False,
+        quick: bool = False,
     ):
         self.name = name
         self.fwd = fwd
@@ -75,6 +81,7 @@ class Op:
         self.compiler_options = compiler_options
         self.ragged = ragged
         self.resizes = resizes
+        self.quick = quick
         self.ragged_ops: dict[str, Op] = {}  # its variants on ragged storage (eager/core/ragged.py)
         # what names its programs in the on-disk cache (`persistent.py`); None: not kept there
         self.persist: tuple | None = None
@@ -115,7 +122,10 @@ class Op:
 
     def options(self, key: tuple) -> dict | None:
         """The XLA compiler options of calls with attributes `key` (None: the defaults)."""
-        return None if self.compiler_options is None else self.compiler_options(**dict(key))
+        options = None if self.compiler_options is None else self.compiler_options(**dict(key))
+        if self.quick and quick_compile_options():
+            options = {**quick_compile_options(), **(options or {})}
+        return options
 
     def donated(self, key: tuple) -> tuple[int, ...]:
         """The input positions a call with attributes `key` donates (none for most ops)."""
@@ -154,6 +164,22 @@ class _Tuned:
                                         for a in jax.tree.leaves(args)):
             return self.plain(*args)
         return self.tuned(*args)
+
+
+def start_vjp(recorded: tuple, out_avals: Sequence[tuple]) -> None:
+    """Start compiling (or reading from disk) the backward program of a call being recorded,
+    on the compile pool, so that the backward pass finds it ready: until then the step's
+    forward goes on beside the compile. `recorded` is what the tape node keeps of the call,
+    `(op, attrs key, differentiated positions, input arrays)`, and `out_avals` its outputs'
+    `(shape, dtype)` (the cotangents' avals). Only for a program kept on disk (`persistent`,
+    which can take a program compiled elsewhere), and only with more than one compile
+    thread (`PARTIAL_COMPILE_THREADS=1`: compiled where it is called, as before)."""
+    op, key, mask, primals = recorded
+    fn = op._bwd.get((key, mask)) if isinstance(op, Op) else None  # as `Op.vjp` made it
+    # (once the first of its programs is in use it prefetches no more: a cheap test first)
+    if type(fn) is persistent.Persistent and not fn.loaded and compile_threads() > 1:
+        cotangents = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals)
+        fn.prefetch(primals, cotangents)
 
 
 def make_vjp(op: Op, attrs: dict, mask: tuple[int, ...]) -> Callable:

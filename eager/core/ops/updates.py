@@ -118,22 +118,22 @@ def _lists(*which):
 
 # The updates write new parameters and state: the old buffers are donated when nothing else
 # holds them, so a step updates in place instead of allocating (and faulting in) new memory.
-defop("sgd_update", differentiable=False, multi_output=True,
+defop("sgd_update", differentiable=False, multi_output=True, quick=True,
       donate=_lists(0, 2))(_foreach(_sgd, 3))
-defop("sgd_plain_update", differentiable=False, multi_output=True,
+defop("sgd_plain_update", differentiable=False, multi_output=True, quick=True,
       donate=_lists(0))(_foreach(_sgd_plain, 2))
-defop("adam_update", differentiable=False, multi_output=True,
+defop("adam_update", differentiable=False, multi_output=True, quick=True,
       donate=_lists(0, 2, 3, 4))(_foreach(_adam, 5))
-defop("adagrad_update", differentiable=False, multi_output=True,
+defop("adagrad_update", differentiable=False, multi_output=True, quick=True,
       donate=_lists(0, 2, 3))(_foreach(_adagrad, 4))
-defop("adadelta_update", differentiable=False, multi_output=True,
+defop("adadelta_update", differentiable=False, multi_output=True, quick=True,
       donate=_lists(0, 2, 3, 4))(_foreach(_adadelta, 5))
-defop("lamb_update", differentiable=False, multi_output=True,
+defop("lamb_update", differentiable=False, multi_output=True, quick=True,
       donate=_lists(0, 2, 3, 4))(_foreach(_lamb, 5))
 # Gradient clipping is differentiable (an outer GradManager can record it); nothing is donated,
 # since a recorded backward reads the old gradients.
 defop("clip_grad_norm", multi_output=True)(_clip_grad_norm)
-defop("clip_grad_value", multi_output=True)(_foreach(_clip_value, 1))
+defop("clip_grad_value", multi_output=True, quick=True)(_foreach(_clip_value, 1))
 # A gradient laid out split over a mesh (ZeRO-2, `dist.shard_params(stage=2)`): eagerly a move;
 # inside a compiled step a constraint, so XLA keeps only each device's part of the summed
 # gradient. The identity for differentiation.
