@@ -31,13 +31,14 @@ LAYOUTS = (None, "channels_last")
 
 @ft.cache
 def quick_compile_options() -> dict:
-    """XLA options for small programs that run cheaply (elementwise maps, optimizer updates,
-    batch normalization): they cut the compile time without changing a result or slowing the
-    program, where this jaxlib's XLA:CPU has them. On jaxlib 0.10, XLA:CPU's older emitters
-    (`xla_cpu_use_fusion_emitters=False`) compiled an add in 41% and a relu, a sigmoid or a
-    batch normalization in about 70% of the CPU time, bit for bit the same, running as fast
-    (60 ops checked with NaN, infinities and denormals); a transpose, pad, scatter or softmax
-    ran slower, and a convolution up to 25% slower, so those keep the defaults. jaxlib 0.12
+    """XLA options for small programs that run cheaply (elementwise maps, optimizer updates):
+    they cut the compile time without changing a result or slowing the program, where this
+    jaxlib's XLA:CPU has them. On jaxlib 0.10, XLA:CPU's older emitters
+    (`xla_cpu_use_fusion_emitters=False`) compiled an add in 41% and a relu or a sigmoid in
+    about 70% of the CPU time, bit for bit the same, running as fast (60 ops checked with NaN,
+    infinities and denormals); a transpose, pad, scatter or softmax ran slower, a convolution
+    up to 25% slower, and a batch normalization's statistics came out one rounding apart, so
+    those keep the defaults. jaxlib 0.12
     has no such switch and compiles small programs about as fast already: nothing."""
     if jax.default_backend() != "cpu":
         return {}

@@ -155,7 +155,7 @@ def adaptive_avg_pool2d(x, *, out_shape):
     return _window(x, np.array(0, x.dtype), lax.add, k, stride, (0, 0)) / (k[0] * k[1])
 
 
-@defop("batch_norm_train", nondiff_outputs=(1, 2), quick=True)
+@defop("batch_norm_train", nondiff_outputs=(1, 2))
 def batch_norm_train(x, weight, bias, *, eps):
     """Normalize with batch statistics; also return the mean and the unbiased variance.
     The output has x's dtype; a float16 x with float32 weights (MegEngine's mixed precision)
@@ -170,7 +170,7 @@ def batch_norm_train(x, weight, bias, *, eps):
     return y, mean.reshape(-1), var.reshape(-1) * (n / max(n - 1, 1))
 
 
-@defop("batch_norm_eval", quick=True)
+@defop("batch_norm_eval")
 def batch_norm_eval(x, running_mean, running_var, weight, bias, *, eps):
     wide = _normalize_dtype(x, weight, running_mean)
     mean, var = _channel(running_mean, x.ndim), _channel(running_var, x.ndim)

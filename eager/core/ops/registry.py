@@ -45,8 +45,8 @@ class Op:
             length). A region with graph breaks runs it in a stretch of its own, so that the
             ops after it compile once per output size rather than once per combination of
             its inputs' sizes, as they do in eager code.
-        quick: a small program that runs cheaply (an elementwise map, an optimizer update, a
-            normalization): compiled with `xla_segments.quick_compile_options()`, which cut
+        quick: a small program that runs cheaply (an elementwise map, an optimizer update):
+            compiled with `xla_segments.quick_compile_options()`, which cut
             its compile time without changing its results or its speed.
     """
 
