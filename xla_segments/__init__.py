@@ -21,6 +21,7 @@ from .cache_stats import recent_runs
 from .compile_pool import threads as compile_threads
 from .eviction import max_size as cache_max_size
 from .eviction import set_max_size as set_cache_max_size
+from .executable import Executable
 from .kept import HIT_EVENT as KEPT_HIT_EVENT
 from .kept import LOAD_EVENT as KEPT_LOAD_EVENT
 from .kept import Kept, Persistent
@@ -28,7 +29,7 @@ from .kept import own as own_kept_ops
 from .kept import wrap as keep_jitted
 from .options import REMAT_VALUES, CompileOptions, quick_compile_options
 from .per_rank import PerRank
-from .segment import Executable, Segment, abstract
+from .segment import Segment, abstract
 from .segment_store import SegmentStore
 from .segment_store import for_program as store_for_program
 from .segment_store import for_stretch as store_for_stretch
