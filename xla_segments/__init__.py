@@ -14,6 +14,7 @@ under a description of its jaxpr (`segment_store.py`), an eager op's under its n
 and argument types (`kept.py`). The code map: `README.md` beside this file.
 """
 
+from . import preload as _preload  # noqa: F401 - reads ahead what the last run used
 from .cache_location import CacheDirError, CacheWarning, default_dir, set_cache_dir
 from .cache_location import current as cache_dir
 from .cache_stats import counts as cache_counts

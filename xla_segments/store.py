@@ -41,10 +41,18 @@ MAGIC = b"PTXC\x04\n"  # then the SHA-256 of the body, then the body (a pickle)
 _DIGEST = hashlib.sha256().digest_size
 
 
+# Told the cache directory at each use (`preload.py` starts reading ahead at the first).
+first_use: list[Callable[[str], None]] = []
+
+
 def folder(name: str) -> str | None:
     """The folder `name` of the cache directory, or None when the cache is off."""
     directory = cache_location.current()
-    return None if directory is None else os.path.join(directory, name)
+    if directory is None:
+        return None
+    for hook in first_use:
+        hook(directory)
+    return os.path.join(directory, name)
 
 
 def one_device() -> bool:
@@ -86,11 +94,35 @@ def path_of(directory: str, text: str) -> Path:
     return Path(directory, hashlib.sha256(text.encode()).hexdigest() + ".bin")
 
 
+# Filled by `preload.py`: entry -> a function giving what `_load` gives for it (read ahead on
+# the compile pool while the process builds its model); `used`: the entries this process read
+# or wrote, in order (what the next run of the same command reads ahead).
+preloaded: dict[Path, Callable[[], tuple | None]] = {}
+used: dict[Path, None] = {}
+
+
 def read(path: Path, text: str) -> tuple[Callable, Any] | None:
     """The executable stored at `path` for key `text` and what was kept beside it, or None:
     absent, stored for another key (left: it is that key's), or damaged (removed, so that later
     processes do not read it again). Nothing is unpickled or loaded before the digest of the
     whole file checks."""
+    early = preloaded.pop(path, None)
+    got = early() if early is not None else None
+    if got is None or got[0] != text:
+        got = _load(path, text)
+    if got is None or got[0] != text:
+        return None
+    _, loaded, extra = got
+    with contextlib.suppress(OSError):  # used now: the last to be evicted
+        os.utime(path)
+    used[path] = None
+    cache_stats.loaded()
+    return loaded, extra
+
+
+def _load(path: Path, text: str | None = None) -> tuple | None:
+    """(key text, executable, extra) of the entry at `path`, or None: absent or damaged
+    (removed). With `text`, an entry of another key is not deserialized (its executable None)."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -101,16 +133,13 @@ def read(path: Path, text: str) -> tuple[Callable, Any] | None:
         return None
     try:
         stored, payload, in_tree, out_tree, extra = pickle.loads(body)
-        if stored != text:
-            return None
+        if text is not None and stored != text:
+            return stored, None, None
         loaded = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
     except Exception:  # noqa: BLE001 - written by another version: compiled anew
         _discard(path)
         return None
-    with contextlib.suppress(OSError):  # used now: the last to be evicted
-        os.utime(path)
-    cache_stats.loaded()
-    return loaded, extra
+    return stored, loaded, extra
 
 
 def verified(data: bytes) -> bytes | None:
@@ -148,6 +177,7 @@ def write(path: Path, text: str, compiled: Any, extra: Any = None) -> None:
             f.write(data)
         os.replace(tmp, path)
         tmp = None
+        used[path] = None
         eviction.wrote(path.parent.parent, len(data))
     except Exception:  # noqa: BLE001 - e.g. a read-only or full disk: keep running
         if tmp is not None:
