@@ -12,21 +12,11 @@ from .errors import CacheDirError
 
 
 def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
-    """Keep compiled executables in the directory `path` (created private if missing), so that
-    a later process with the same directory loads them instead of compiling: segments,
-    `xla_trace` steps and eager ops alike. `None` turns the cache off. The cache is on by
-    default, in a per-user directory (`~/.cache/partial-trace` on Linux; the environment
-    variable `PARTIAL_CACHE_DIR` moves it, or turns it off when empty). May be called at any
-    time; it applies to what compiles afterwards.
-
-    The cache is trusted: whoever can write to the directory can make this process run their
-    code, so it must belong to you and be writable by nobody else.
-
-    Args:
-        path: a directory, or `None` to stop caching.
-
-    Raises:
-        CacheDirError: `path` is empty, cannot be created or written to, or is not private.
+    """Keep compiled executables in the directory `path` (created private if missing), or turn
+    the cache off with `None`: `xla_segments.set_cache_dir`, raising this package's
+    `CacheDirError`. The cache is on by default, in a per-user directory
+    (`~/.cache/partial-trace` on Linux; `PARTIAL_CACHE_DIR` moves it, or turns it off when
+    empty); whoever can write to the directory can make this process run their code.
 
     Example:
         >>> import tempfile

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import settings
 
 import eager as eg
+from xla_segments import compile_pool
 
 # The differential tests compare float32 results with float64 references at float32's accuracy.
 # On NVIDIA GPUs jax computes float32 matrix products and convolutions in TF32 by default (10
@@ -52,6 +53,19 @@ def _seeded(request):
     """Seed the framework generator from the test's name, so tests are independent of order."""
     eg.random.seed(zlib.crc32(request.node.nodeid.encode()))
     yield
+
+
+@pytest.fixture
+def threads(monkeypatch):
+    """`threads(n)`: a compile pool of n threads for the test; the configured one after."""
+
+    def use(n):
+        monkeypatch.setenv(compile_pool.ENV, str(n))
+        compile_pool.reset()
+
+    yield use
+    monkeypatch.undo()
+    compile_pool.reset()
 
 
 @pytest.fixture

@@ -20,22 +20,9 @@ import xla_segments
 from eager.autodiff import GradManager
 from eager.core.ops import Op
 from eager.core.ops import persistent as P
-from xla_segments import compile_pool, kept
+from xla_segments import kept
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def threads(monkeypatch):
-    """`threads(n)`: a compile pool of n threads for the test; the configured one after."""
-
-    def use(n):
-        monkeypatch.setenv(compile_pool.ENV, str(n))
-        compile_pool.reset()
-
-    yield use
-    monkeypatch.undo()
-    compile_pool.reset()
 
 
 @pytest.fixture

@@ -25,19 +25,6 @@ from xla_segments import segment as segment_module
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def threads(monkeypatch):
-    """`threads(n)`: a compile pool of n threads for the test; the configured one after."""
-
-    def use(n):
-        monkeypatch.setenv(compile_pool.ENV, str(n))
-        compile_pool.reset()
-
-    yield use
-    monkeypatch.undo()
-    compile_pool.reset()
-
-
 @pytest.mark.parametrize("value, expected", [("1", 1), ("3", 3), (" 2 ", 2), ("", None)])
 def test_the_pool_is_sized_by_the_environment_or_the_cpus(threads, value, expected):
     threads(value)
