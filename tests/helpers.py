@@ -117,3 +117,17 @@ def json_of_module(module: str, *args: str, timeout: float) -> Any:
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+def trained_with_threads(code: str, out: Path, threads: str, timeout: float,
+                         **env: str) -> dict[str, Any]:
+    """Run the training script `code` (which saves its arrays to `out` and prints
+    `{"threads": n}`) in a new process with `threads` compile threads; its arrays by name."""
+    import numpy as np
+
+    environ = dict(os.environ, PARTIAL_COMPILE_THREADS=threads, JAX_PLATFORMS="cpu", **env)
+    done = subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, env=environ,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"threads": int(threads)}
+    return dict(np.load(out))

@@ -2,10 +2,6 @@
 (`registry.start_vjp`, `Persistent.prefetch`), and training bit-identical whether programs
 compile serially (`PARTIAL_COMPILE_THREADS=1`) or on the pool, eager and compiled alike."""
 
-import json
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -15,23 +11,13 @@ import numpy as np
 import pytest
 
 import eager as eg
-import partial
-import xla_segments
 from eager.autodiff import GradManager
 from eager.core.ops import Op
 from eager.core.ops import persistent as P
+from tests.helpers import trained_with_threads
 from xla_segments import kept
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def cache(tmp_path):
-    """A cache directory of this test's own; the session's is restored after."""
-    before = xla_segments.cache_dir()
-    partial.set_cache_dir(tmp_path)
-    yield tmp_path / "eager-ops"
-    partial.set_cache_dir(before)
 
 
 def fresh_op() -> Op:
@@ -179,16 +165,9 @@ def test_training_is_bit_identical_compiled_serially_or_on_the_pool(tmp_path):
     """An eager CNN and a compiled region (a segment) trained together for three steps, in new
     processes with empty caches: losses, outputs, gradients, parameters and BatchNorm
     statistics with one compile thread and with two are the same bits."""
-    results = {}
-    for n in ("1", "2"):
-        out, cache = tmp_path / f"threads{n}.npz", tmp_path / f"cache{n}"
-        env = dict(os.environ, PARTIAL_COMPILE_THREADS=n, PARTIAL_CACHE_DIR=str(cache),
-                   JAX_PLATFORMS="cpu")
-        done = subprocess.run([sys.executable, "-c", _TRAINING, str(out)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert json.loads(done.stdout.splitlines()[-1]) == {"threads": int(n)}
-        results[n] = dict(np.load(out))
+    results = {n: trained_with_threads(_TRAINING, tmp_path / f"threads{n}.npz", n, 600,
+                                       PARTIAL_CACHE_DIR=str(tmp_path / f"cache{n}"))
+               for n in ("1", "2")}
     serial, pooled = results["1"], results["2"]
     assert serial.keys() == pooled.keys() and len(serial) > 20
     for name in serial:

@@ -25,15 +25,6 @@ TRACE = "/jax/core/compile/jaxpr_trace_duration"
 
 
 @pytest.fixture
-def cache(tmp_path):
-    """A cache directory of this test's own; the session's is restored after."""
-    before = xla_segments.cache_dir()
-    partial.set_cache_dir(tmp_path)
-    yield tmp_path / "eager-ops"
-    partial.set_cache_dir(before)
-
-
-@pytest.fixture
 def events():
     """jax's and eager's monitoring events during the test, by name."""
     seen: dict[str, int] = {}

@@ -4,7 +4,6 @@ serial compiles, a failed background compile raised at first use and then compil
 backward lowered for placements the forward did not give recompiled, and a forked child's own
 pool."""
 
-import json
 import multiprocessing
 import os
 import subprocess
@@ -19,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.helpers import trained_with_threads
 from xla_segments import CompileOptions, Segment, compile_pool, segment_store, store
 from xla_segments import segment as segment_module
 
@@ -252,15 +252,8 @@ print(json.dumps({"threads": compile_threads()}))
 def test_training_is_bit_identical_compiled_serially_or_on_the_pool(tmp_path):
     """Values, gradients and parameters after three steps (each its own segment: new
     compiles, remat in the last), with one compile thread and with three, in new processes."""
-    results = {}
-    for n in ("1", "3"):
-        out = tmp_path / f"threads{n}.npz"
-        env = dict(os.environ, PARTIAL_COMPILE_THREADS=n, JAX_PLATFORMS="cpu")
-        done = subprocess.run([sys.executable, "-c", _TRAINING, str(out)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert json.loads(done.stdout.splitlines()[-1]) == {"threads": int(n)}
-        results[n] = dict(np.load(out))
+    results = {n: trained_with_threads(_TRAINING, tmp_path / f"threads{n}.npz", n, 300)
+               for n in ("1", "3")}
     serial, pooled = results["1"], results["3"]
     assert serial.keys() == pooled.keys() and len(serial) == 3 * 5 + 3
     for name in serial:
