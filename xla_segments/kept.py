@@ -40,6 +40,7 @@ except ImportError:  # another jax: nothing is kept, rather than keyed without t
     _trace_context = None
 
 from . import compile_pool, store
+from .options import base_compile_options
 
 HIT_EVENT = "/eager/persistent_cache/hits"
 LOAD_EVENT = "/eager/persistent_cache/load_duration"
@@ -118,7 +119,9 @@ class Kept:
     def __call__(self, *args: Any) -> Any:
         if self.call is None:
             plain = jax.jit(self.fn)
-            self.call = wrap(self.fn, plain, ("eager." + self.name,), self.key, None, ()) or plain
+            # (the cache off: plain, options and all, which may run in a trace)
+            self.call = wrap(self.fn, plain, ("eager." + self.name,), self.key,
+                             base_compile_options() or None, ()) or plain
         return self.call(*args)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import jax
 
-from xla_segments import compile_threads, quick_compile_options
+from xla_segments import base_compile_options, compile_threads, quick_compile_options
 
 from ..context import current
 from . import persistent
@@ -122,10 +122,9 @@ class Op:
 
     def options(self, key: tuple) -> dict | None:
         """The XLA compiler options of calls with attributes `key` (None: the defaults)."""
-        options = None if self.compiler_options is None else self.compiler_options(**dict(key))
-        if self.quick and quick_compile_options():
-            options = {**quick_compile_options(), **(options or {})}
-        return options
+        own = {} if self.compiler_options is None else self.compiler_options(**dict(key)) or {}
+        options = {**(quick_compile_options() if self.quick else base_compile_options()), **own}
+        return options or None
 
     def donated(self, key: tuple) -> tuple[int, ...]:
         """The input positions a call with attributes `key` donates (none for most ops)."""
