@@ -135,12 +135,17 @@ class GradManager:
 
     def record(self) -> None:
         """Start recording operations on attached tensors."""
+        self._record(next(_starts))
+
+    def _record(self, start: int) -> None:
+        """`record()`, as having begun at `start`: the managers of a group share one, so that
+        none of them records another's backward (MegEngine's group records as one)."""
         if self._recording:
             raise BackwardError("GradManager.record() called while it is already recording")
         with context.atomic():  # a signal's handler runs before or after, never half-way
             self._recording = True
             self._freed_by_backward = False
-            self._start = next(_starts)
+            self._start = start
             _OPEN.set((*_OPEN.get(), self._start))
             tape.change(recording=1)
             self._tracking = [weakref.ref(t) for t, _ in self._entries() if _wants_grad(t)]
@@ -156,7 +161,7 @@ class GradManager:
             if not self._recording:
                 return
             self._recording = False
-            _OPEN.set(tuple(s for s in _OPEN.get() if s != self._start))
+            _OPEN.set(_without_one(_OPEN.get(), self._start))
             tape.change(recording=-1)
             for ref in self._tracking:
                 if (t := ref()) is not None:
@@ -175,9 +180,12 @@ class GradManager:
                 self.release()
 
     def __enter__(self) -> GradManager:
+        return self._enter(next(_starts))
+
+    def _enter(self, start: int) -> GradManager:
         already = self._recording
         try:
-            self.record()
+            self._record(start)
         except BaseException:  # a signal (or a capture's refusal) right after recording began:
             if not already:  # the `with` body never runs, so neither would __exit__
                 self._stop()
@@ -222,11 +230,12 @@ class GradManager:
                 # it too (MegEngine's forward-mode emulation: d(x.grad)/d(dy))
                 cts = [dys[i].reshape(ys[i].shape) if dys and isinstance(dys[i], Tensor)
                        else _wrap(c) for i, c in enumerate(cts)]
-                leaves = higher_order.backward(ys, cts)
+                leaves = higher_order.backward(ys, cts, self._start)
             else:
                 # another manager still recording (`with gm1 | gm2:`) may backward the same
                 # graph after this one, as MegEngine allows: it is freed by the last
-                leaves = tape.backward(ys, cts, manager=self, free=len(_OPEN.get()) <= 1)
+                leaves = tape.backward(ys, cts, manager=self, free=len(_OPEN.get()) <= 1,
+                                       start=self._start)
             self._accumulate(leaves)
         finally:
             self._freed_by_backward = True
@@ -293,6 +302,12 @@ class GradManager:
             t.grad = grad
 
 
+def _without_one(starts: tuple[int, ...], start: int) -> tuple[int, ...]:
+    """`starts` less one occurrence of `start` (a group's managers share theirs)."""
+    i = starts.index(start) if start in starts else len(starts)
+    return starts[:i] + starts[i + 1:]
+
+
 def _laid_out(grad: Tensor, layout: Any) -> Tensor:
     """`grad` laid out by `layout` (see `eager.device.set_grad_layout`)."""
     return apply(OPS["gradient_layout"], grad, sharding=layout)
@@ -300,7 +315,9 @@ def _laid_out(grad: Tensor, layout: Any) -> Tensor:
 
 class GradManagerGroup:
     """Managers that record together: `with gm1 | gm2:` enters them in order (each then
-    backwards on its own, `gm1.backward(y)`, `gm2.backward(y)`) and releases them in reverse."""
+    backwards on its own, `gm1.backward(y)`, `gm2.backward(y)`) and releases them in reverse.
+    As one recording: neither records the other's backward (as `with gm1: with gm2:` would,
+    the outer one differentiating the inner one's gradients)."""
 
     def __init__(self, managers: Iterable[GradManager]) -> None:
         self._gms: list[GradManager] = list(managers)
@@ -319,9 +336,10 @@ class GradManagerGroup:
 
     def __enter__(self) -> GradManagerGroup:
         before = [gm._recording for gm in self._gms]
+        start = next(_starts)
         try:
             for gm in self._gms:
-                gm.__enter__()
+                gm._enter(start)
         except BaseException:  # those this block started stop again, whatever was interrupted
             for gm, was in reversed(list(zip(self._gms, before))):
                 if not was:

@@ -47,9 +47,22 @@ def vjp_op(op: Op, key: tuple, mask: tuple, n: int) -> Op:
     return found
 
 
-def backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor]) -> dict[int, list]:
+def backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor],
+             start: int | None = None) -> dict[int, list]:
     """`tape.backward`, recorded: `{id(leaf): [leaf, gradient Tensor with history]}`. The
-    forward graph is kept (not freed): the outer manager's backward goes through it again."""
+    forward graph is kept (not freed): the outer manager's backward goes through it again.
+    `start`: when the manager running it began recording; it goes through the nodes that
+    manager sees, and what it records is seen only by managers that began before it."""
+    token = tape.recorded_below(start) if start is not None else None
+    try:
+        return _backward(targets, cotangents, start)
+    finally:
+        if token is not None:
+            tape._HORIZON.reset(token)
+
+
+def _backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor],
+              start: int | None) -> dict[int, list]:
     # Keyed by id: every key's object is held meanwhile (each leaf in its entry, each node by
     # the list being walked), so no id can be reused while these dicts live.
     leaves: dict[int, list] = {}
@@ -58,6 +71,8 @@ def backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor]) -> dict[in
     def send(parent: Any, g: Tensor) -> None:
         if type(parent) is tuple:
             node, index = parent
+            if not node.visible_to(start):
+                return
             cts = pending.setdefault(id(node), [None] * len(node.out_avals))
             cts[index] = g if cts[index] is None else cts[index] + g
         else:
@@ -69,7 +84,7 @@ def backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor]) -> dict[in
         if t._node is not None:
             starts.append(t._node)
         send(tape.parent_of(t), ct)
-    for node in tape._reachable(starts):
+    for node in tape._reachable(starts, start):
         cts = pending.pop(id(node), None)
         if cts is None:
             continue

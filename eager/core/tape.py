@@ -31,6 +31,12 @@ _STATE: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
     "eager_tape", default=(0, 0))
 state = _STATE.get
 _seq = itertools.count()
+# Per thread: while a GradManager's backward is itself recorded (nested managers), the start
+# of that manager (`GradManager._start`): the nodes recorded then are seen only by managers
+# that began before it, as MegEngine's (a manager never sees its own backward, nor one of its
+# group's: a group's managers share one start).
+_HORIZON: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "eager_tape_horizon", default=None)
 # kept on disk with the eager ops' programs: a new process loads it per shape, not compiles it
 _add = Kept("tape_add", jnp.add, ())
 
@@ -91,7 +97,7 @@ class Node:
     """One recorded call. `vjp(cotangents) -> grads`, one grad per parent (None allowed)."""
 
     __slots__ = ("seq", "name", "vjp", "parents", "out_avals", "cts", "freed", "sparse", "op",
-                 "finish", "__weakref__")
+                 "finish", "horizon", "__weakref__")
 
     def __init__(self, name: str, vjp: Callable, parents: Sequence, out_avals: Sequence,
                  sparse: bool = False, op: tuple | None = None,
@@ -115,6 +121,13 @@ class Node:
         # `manager`, where `sole[i]` says that parent i is a leaf this node alone sends a
         # gradient to; the grad of such a leaf may come back as `Finished` (callbacks applied).
         self.finish = finish
+        # None, or the managers that see this node began before it (see `_HORIZON`)
+        self.horizon = _HORIZON.get()
+
+    def visible_to(self, start: int | None) -> bool:
+        """Whether the backward of a manager that began recording at `start` goes through
+        this node (None: any backward)."""
+        return start is None or self.horizon is None or start < self.horizon
 
     def _holds(self, array: Any) -> bool:
         """Whether this node may still read the arrays its inputs held when it was recorded
@@ -139,16 +152,24 @@ def _check_alive(node: Node) -> None:
         )
 
 
-def _reachable(starts: Sequence[Node]) -> list[Node]:
+def recorded_below(start: int) -> contextvars.Token:
+    """Nodes recorded from now on are seen by managers that began before `start` only (a
+    recorded backward, run by the manager that began at `start`); `_HORIZON.reset(token)`
+    ends it."""
+    return _HORIZON.set(start)
+
+
+def _reachable(starts: Sequence[Node], start: int | None = None) -> list[Node]:
+    """The nodes behind `starts` that the backward of the manager begun at `start` sees."""
     seen: dict[int, Node] = {}
-    stack = list(starts)
+    stack = [n for n in starts if n.visible_to(start)]
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         _check_alive(node)
         seen[id(node)] = node
-        stack.extend(p[0] for p in node.parents if type(p) is tuple)
+        stack.extend(p[0] for p in node.parents if type(p) is tuple and p[0].visible_to(start))
     return sorted(seen.values(), key=lambda n: n.seq, reverse=True)
 
 
@@ -156,21 +177,24 @@ def _accumulate(store: list, index: int, g: Any) -> None:
     store[index] = g if store[index] is None else _add(store[index], g)
 
 
-def backward(targets: Sequence[Any], cotangents: Sequence[Any],
-             manager: Any = None, free: bool = True) -> dict[int, list]:
+def backward(targets: Sequence[Any], cotangents: Sequence[Any], manager: Any = None,
+             free: bool = True, start: int | None = None) -> dict[int, list]:
     """Run the backward pass from `targets` (tensors) seeded with `cotangents` (arrays).
 
     Returns `{id(leaf): [leaf, grad array, finished]}` for every leaf tensor reached, where
     `finished` says that `manager`'s callbacks were already applied to the grad (by a node's
     `finish`, given the GradManager running the backward). Every node traversed is freed (unless
     not `free`: another manager still records and may run its own backward through them): its
-    residuals are dropped and a later backward through it raises `BackwardError`.
+    residuals are dropped and a later backward through it raises `BackwardError`. `start`:
+    the backward's manager began recording then; it does not go through nodes it cannot see.
     """
     leaves: dict[int, list] = {}
 
     def send(parent: Any, g: Any) -> None:
         if type(parent) is tuple:
             node, index = parent
+            if not node.visible_to(start):
+                return
             if node.cts is None:
                 node.cts = [None] * len(node.out_avals)
             _accumulate(node.cts, index, g)
@@ -183,11 +207,11 @@ def backward(targets: Sequence[Any], cotangents: Sequence[Any],
 
     starts = []
     for t, ct in zip(targets, cotangents):
-        if t._node is not None:
+        if t._node is not None and t._node.visible_to(start):
             _check_alive(t._node)
             starts.append(t._node)
         send(parent_of(t), ct)
-    order = _reachable(starts)
+    order = _reachable(starts, start)
     senders = _senders(order, targets) if manager is not None else None
     try:
         for node in order:

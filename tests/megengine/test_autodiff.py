@@ -207,6 +207,46 @@ def test_managers_joined_by_or_record_together():
     np.testing.assert_allclose(b.grad.numpy(), [2.0])
 
 
+def test_a_group_records_as_one_so_neither_records_the_others_backward():
+    """MegEngine's group-visibility test: after `gm2.backward`, `gm.backward(x.grad)` finds
+    no recorded history in `x.grad` (it would add cos's second derivative if gm had recorded
+    gm2's backward, as an outer manager does in the nested case below)."""
+    x = mge.tensor(np.linspace(-1.0, 2.0, 9, dtype="float32").reshape(3, 3))
+    gm, gm2 = GradManager().attach(x), GradManager().attach(x)
+    with gm | gm2:
+        y = F.cos(x)
+        gm2.backward(y, F.ones_like(y))
+        np.testing.assert_allclose(x.grad.numpy(), -np.sin(x.numpy()), rtol=1e-6)
+        gm.backward(x.grad, F.ones_like(x.grad))
+        np.testing.assert_allclose(x.grad.numpy(), -np.sin(x.numpy()), rtol=1e-6)
+
+
+def test_an_outer_manager_records_the_inner_ones_backward():
+    """MegEngine's visibility-by-order test: entered first, gm2 differentiates gm's gradient."""
+    x = mge.tensor(np.linspace(-1.0, 2.0, 9, dtype="float32").reshape(3, 3))
+    gm, gm2 = GradManager().attach(x), GradManager().attach(x)
+    with gm2:
+        with gm:
+            y = F.cos(x)
+            gm.backward(y, F.ones_like(y))
+        gm2.backward(x.grad, F.ones_like(x.grad))
+    np.testing.assert_allclose(x.grad.numpy(), -np.sin(x.numpy()) - np.cos(x.numpy()),
+                               rtol=1e-5)
+
+
+def test_a_group_inside_an_outer_manager_is_still_recorded_by_it():
+    x = mge.tensor(np.linspace(-1.0, 2.0, 9, dtype="float32").reshape(3, 3))
+    outer, gm, gm2 = (GradManager().attach(x) for _ in range(3))
+    with outer:
+        with gm | gm2:
+            y = F.cos(x)
+            gm2.backward(y, F.ones_like(y))
+            gm.backward(x.grad, F.ones_like(x.grad))  # nothing: gm2's backward is unseen
+        outer.backward(x.grad, F.ones_like(x.grad))
+    np.testing.assert_allclose(x.grad.numpy(), -np.sin(x.numpy()) - np.cos(x.numpy()),
+                               rtol=1e-5)
+
+
 def test_each_manager_of_a_group_backwards_the_same_output():
     """MegEngine keeps the graph until every manager of the group has run its backward."""
     from partial import partial_trace
