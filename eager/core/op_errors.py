@@ -79,16 +79,6 @@ def bad_argument(message: str, cls: type[OpArgumentError] = OpArgumentError) -> 
     return cls(message + where_text(locate(2)[1]))
 
 
-def check_power(base: Any, exponent: Any) -> None:
-    """Raise for an integer tensor to a negative Python int power: jax computes garbage there
-    (2 ** -1 gave 2111105451), numpy and PyTorch refuse it, MegEngine gives floats."""
-    integer = np.dtype(getattr(base, "dtype", np.float32)).kind in "iu"
-    if type(exponent) is int and exponent < 0 and integer:
-        raise OpArgumentError(
-            f"pow: an integer tensor to the negative power {exponent} is not an integer; cast "
-            f"the base first: x.astype('float32') ** {exponent}." + where_text(locate(3)[1]))
-
-
 def number(value: Any, name: str) -> float:
     """`float(value)` for a numeric attribute of a functional wrapper (`negative_slope`, `eps`),
     or an `OpTypeError` naming the function, the attribute and the user's line."""

@@ -23,7 +23,6 @@ from . import ragged as _ragged
 from .context import current as _current
 from .errors import OpTypeError
 from .op_errors import bad_argument as _bad_argument
-from .op_errors import check_power as _check_power
 from .op_errors import checked_dtype as _checked_dtype
 from .op_errors import translate as _translate
 from .ops import OPS, Op
@@ -279,6 +278,19 @@ class Tensor(TensorMethods):
         (`value.detach()` or `copy.deepcopy(value)` cuts it)."""
         self._assign(value if isinstance(value, Tensor) else Tensor(value))
 
+    def _reset(self, other: Any) -> None:
+        """Make this tensor hold `other` (MegEngine's `_reset`, what its `set_value` calls):
+        a Tensor as it is, shape, dtype and gradient history included; anything else
+        converted to this tensor's dtype. Everything holding this tensor sees the change."""
+        if not isinstance(other, Tensor):
+            other = Tensor(other, dtype=self.dtype)
+        self._assign(other)
+
+    def reset_zero(self) -> None:
+        """Multiply this tensor by zero in place (MegEngine's `reset_zero`, deprecated there
+        for `t *= 0`; a NaN stays NaN, as there)."""
+        self._assign(apply(_MUL, self, 0))
+
     # ----- shape ----------------------------------------------------------------------------
     def reshape(self, *shape: SupportsIndex | Sequence[SupportsIndex]) -> Tensor:
         return apply(OPS["reshape"], self, shape=shape_arg(shape))
@@ -299,6 +311,12 @@ class Tensor(TensorMethods):
 
     def mean(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return apply(OPS["mean"], self, axis=axis_arg(axis), keepdims=keepdims)
+
+    def var(self, axis: Axis = None, keepdims: bool = False, unbiased: bool = False) -> Tensor:
+        """Variance over `axis`, as `F.var`: the population statistic unless `unbiased`
+        (PyTorch's `Tensor.var` defaults to the unbiased one)."""
+        return apply(OPS["var"], self, axis=axis_arg(axis), keepdims=keepdims,
+                     ddof=int(unbiased))
 
     def max(self, axis: Axis = None, keepdims: bool = False) -> Tensor:
         return apply(OPS["max"], self, axis=axis_arg(axis), keepdims=keepdims)
@@ -328,7 +346,7 @@ class Tensor(TensorMethods):
     def __rfloordiv__(self, o: Any) -> Tensor: return apply(OPS["floor_div"], o, self)  # noqa: E704
     def __mod__(self, o: Any) -> Tensor: return apply(OPS["mod"], self, o)  # noqa: E704
     def __rmod__(self, o: Any) -> Tensor: return apply(OPS["mod"], o, self)  # noqa: E704
-    def __pow__(self, o: Any) -> Tensor: return _checked_pow(self, o)  # noqa: E704
+    def __pow__(self, o: Any) -> Tensor: return apply(OPS["pow"], self, o)  # noqa: E704
     def __rpow__(self, o: Any) -> Tensor: return apply(OPS["pow"], o, self)  # noqa: E704
     def __matmul__(self, o: Any) -> Tensor: return apply(OPS["matmul"], self, o)  # noqa: E704
     def __rmatmul__(self, o: Any) -> Tensor: return apply(OPS["matmul"], o, self)  # noqa: E704
@@ -444,11 +462,6 @@ def rebind(t: Tensor, value: Any, node: Any = None, out_idx: int = 0, *,
     if source is not None:  # also while recording lazily, where arrays are real
         ownership.share(t, source)
     t._data, t._node, t._out_idx = value, node, out_idx
-
-
-def _checked_pow(x: Any, y: Any) -> Tensor:
-    _check_power(x, y)
-    return apply(OPS["pow"], x, y)
 
 
 def _wrap(array: Any) -> Tensor:

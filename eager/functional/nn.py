@@ -188,8 +188,9 @@ def indexing_one_hot(src: Any, index: Any, axis: int = 1, keepdims: bool = False
     return apply(OPS["indexing_one_hot"], src, index, axis=axis, keepdims=keepdims)
 
 
-def one_hot(x: Any, num_classes: int, dtype: Any = "float32") -> Tensor:
-    """One-hot encoding of integer `x` along a new last axis. A label outside
+def one_hot(x: Any, num_classes: int, dtype: Any = "int32") -> Tensor:
+    """One-hot encoding of integer `x` along a new last axis, int32 as MegEngine's (`dtype`
+    another: `F.one_hot(labels, 10, dtype="float32")` for a loss). A label outside
     [0, num_classes) raises `OpIndexError` in eager code (MegEngine aborts); in a compiled
     region its row is all zeros."""
     kind = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)

@@ -11,6 +11,7 @@ or changing training mode, bumps `eager.hooks.epoch()`, which a capture's guards
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -214,9 +215,14 @@ class Module:
         return self.train(False)
 
     def zero_grad(self) -> None:
-        """Drop the gradients of every parameter (set `.grad` to None)."""
+        """Zero, in place, the gradient of every parameter that has one (MegEngine's; one
+        without keeps None). Deprecated there since 1.0, as here: `optimizer.clear_grad()`
+        drops the gradients instead."""
+        warnings.warn("Module.zero_grad() is deprecated (as in MegEngine): call the "
+                      "optimizer's clear_grad()", DeprecationWarning, stacklevel=2)
         for p in self.parameters():
-            p.grad = None
+            if p.grad is not None:
+                p.grad.reset_zero()
 
     def apply(self, fn: Callable[[Module], Any]) -> Module:
         """Call `fn` on every sub-module, children before parents, then on self; returns self.

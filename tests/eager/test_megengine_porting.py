@@ -156,14 +156,15 @@ def test_lamb_fp16_keeps_float32_masters_updated_as_lamb_updates_float32():
         np.testing.assert_allclose(fp16.state[half][k].numpy(), ref.state[single][k].numpy())
 
 
-def test_an_integer_tensor_to_a_negative_int_power_raises():
-    """jax returned 2111105451 for 3 ** -1; numpy and PyTorch refuse, MegEngine gives floats."""
+def test_integer_powers_are_float32_as_megengine():
+    """MegEngine computes every power in floats: int ** int is float32, 3 ** -1 a third (jax
+    wraps in integers: it gave 2111105451)."""
     i = eg.tensor([2, 3])
-    assert (i**2).numpy().tolist() == [4, 9] and F.pow(i, 3).numpy().tolist() == [8, 27]
-    for power in (lambda: i**-1, lambda: F.pow(i, -2)):
-        with pytest.raises(OpArgumentError, match=r"cast the base first.*test_megengine_porting"):
-            power()
-    np.testing.assert_allclose((i.astype("float32") ** -1).numpy(), [0.5, 1 / 3])
+    for got in (i**2, F.pow(i, 3), 2**i, i**i, i**-1, F.pow(i, -2), eg.tensor([True]) ** 2):
+        assert got.dtype == np.float32
+    np.testing.assert_allclose((i**-1).numpy(), [0.5, 1 / 3])
+    np.testing.assert_array_equal((i**i).numpy(), [4.0, 27.0])
+    assert (i.astype("float16") ** 2).dtype == np.float16
 
 
 def test_set_value_keeps_the_gradient_history_of_its_value():

@@ -201,12 +201,17 @@ def test_train_eval_recurse_and_return_self():
     assert net.training and not net.layer1[1].bn1.training and net.heads[0].training
 
 
-def test_zero_grad_clears_every_parameter_gradient():
+def test_zero_grad_zeros_every_gradient_in_place_as_megengine():
     net = Net()
-    for p in net.parameters():
+    params = list(net.parameters())
+    for p in params[1:]:
         p.grad = eg.ones(p.shape)
-    net.zero_grad()
-    assert all(p.grad is None for p in net.parameters())
+    held = [p.grad for p in params]
+    with pytest.warns(DeprecationWarning, match="clear_grad"):
+        net.zero_grad()
+    assert params[0].grad is None  # no gradient yet: none made
+    for p, g in zip(params[1:], held[1:]):
+        assert p.grad is g and g.shape == p.shape and not g.numpy().any()
 
 
 def test_structure_version_bumps_on_tensor_and_module_attributes():

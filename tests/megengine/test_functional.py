@@ -96,6 +96,7 @@ def test_indexing_one_hot_and_one_hot():
     np.testing.assert_array_equal(kept.numpy(), [[2.0], [3.0]])
     out = F.one_hot(mge.tensor(np.arange(1, 4, dtype=np.int32)), num_classes=4)
     np.testing.assert_array_equal(out.numpy(), np.eye(4)[1:])
+    assert out.dtype == np.int32  # MegEngine's (PyTorch: int64)
 
 
 def test_shape_ops():

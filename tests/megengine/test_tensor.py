@@ -153,3 +153,25 @@ def test_creation_functions():
     like = F.zeros_like(x)
     assert like.dtype == np.int32 and like.shape == (1, 2)
     np.testing.assert_array_equal(F.ones_like(x).numpy(), [[1, 1]])
+
+
+def test_reset_replaces_the_value_where_it_is_held():
+    """MegEngine's `_reset` (what its `set_value` calls, and code calls directly)."""
+    a = mge.tensor([1.0, 2.0])
+    holder = [a]
+    a._reset([7, 8])  # converted to a's dtype
+    assert holder[0] is a and a.dtype == np.float32
+    np.testing.assert_array_equal(a.numpy(), [7.0, 8.0])
+    a._reset(mge.tensor([1, 2, 3], dtype="int32"))  # a tensor: shape and dtype too
+    assert a.dtype == np.int32 and a.shape == (3,)
+    a.reset_zero()
+    np.testing.assert_array_equal(a.numpy(), [0, 0, 0])
+
+
+def test_var_is_the_functional_variance():
+    x = np.array([[1.0, 2.0, 4.0], [0.0, -1.0, 3.0]], np.float32)
+    t = mge.tensor(x)
+    np.testing.assert_allclose(t.var().numpy(), x.var(), rtol=1e-6)
+    np.testing.assert_allclose(t.var(axis=1, keepdims=True).numpy(),
+                               x.var(axis=1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(t.var(0, unbiased=True).numpy(), x.var(0, ddof=1), rtol=1e-6)

@@ -55,3 +55,54 @@ def grad_manager_order_decides_who_records_whom() -> dict:
             a.backward(z.grad, F.ones_like(z.grad))
         outer.backward(z.grad, F.ones_like(z.grad))
     return {"nested": nested, "group_inside": z.grad.numpy()}
+
+
+@case()
+def megengine_conventions_for_dtypes() -> dict:
+    """Where MegEngine's convention differs from PyTorch's, MegEngine's: one_hot is int32,
+    every power of integers float32."""
+    import megengine as mge
+    import megengine.functional as F
+
+    i = mge.tensor(np.array([2, 3], dtype="int32"))
+    powers = {"int_int": i ** i, "int_literal": i ** 2, "literal_int": 2 ** i,
+              "negative": i ** -1, "functional": F.pow(i, 3)}
+    out = {name: t.numpy() for name, t in powers.items()}
+    out["one_hot"] = F.one_hot(mge.tensor(np.array([0, 2, 1], dtype="int32")), 3).numpy()
+    return out
+
+
+@case()
+def layer_norm_keeps_its_shape_and_zero_grad_zeros() -> dict:
+    """LayerNorm over (3, 4) keeps (3, 4) weights (MegEngine 1.13 does not flatten them);
+    `Module.zero_grad` zeros the gradients that exist and leaves None where there is none."""
+    import warnings
+
+    import megengine as mge
+    import megengine.module as M
+    from megengine.autodiff import GradManager
+
+    ln = M.LayerNorm((3, 4))
+    shapes = {name: list(p.shape) for name, p in ln.named_parameters()}
+    lin = M.Linear(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        lin.zero_grad()
+        before = [p.grad is None for p in lin.parameters()]
+        gm = GradManager().attach(lin.parameters())
+        with gm:
+            gm.backward(lin(mge.tensor(np.ones((1, 2), "float32"))).sum())
+        lin.zero_grad()
+    return {"shapes": shapes, "none_before": before,
+            "after": [p.grad.numpy() for p in lin.parameters()]}
+
+
+@case()
+def tensor_reset_replaces_value_shape_and_dtype() -> dict:
+    import megengine as mge
+
+    a = mge.tensor([1.0, 2.0])
+    a._reset([7, 8])
+    first = (a.numpy(), str(a.dtype))
+    a._reset(mge.tensor(np.array([1, 2, 3], dtype="int32")))
+    return {"first": first[0], "first_dtype": first[1], "second": a.numpy()}

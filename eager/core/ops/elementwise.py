@@ -27,6 +27,15 @@ def _round_half_away(x):
     t = jnp.trunc(x)
     return jnp.where(jnp.abs(x - t) >= 0.5, t + jnp.sign(x), t)
 
+
+def _power(x, y):
+    """x ** y; integers (and booleans) to integer powers in float32, as MegEngine computes
+    every power (3 ** -1 is 0.333..., 2 ** 2 is 4.0), where jax would wrap in integers."""
+    if not jnp.issubdtype(jnp.result_type(x, y), jnp.inexact):
+        x, y = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+    return jnp.power(x, y)
+
+
 _ARITHMETIC: dict[str, Callable] = {
     "add": jnp.add,
     "sub": jnp.subtract,
@@ -34,7 +43,7 @@ _ARITHMETIC: dict[str, Callable] = {
     "div": jnp.true_divide,
     "floor_div": jnp.floor_divide,
     "mod": jnp.remainder,
-    "pow": jnp.power,
+    "pow": _power,
     "maximum": jnp.maximum,
     "minimum": jnp.minimum,
     "neg": jnp.negative,
