@@ -24,6 +24,9 @@ class Adagrad(Optimizer):
     [9.0, 16.0]
     """
 
+    # MegEngine's Adagrad has no initial_accumulator_value: left out of state_dict() at 0
+    megengine_absent = {"initial_accumulator_value": 0.0}
+
     def __init__(self, params: Params, lr: float = 1e-2, lr_decay: float = 0.0,
                  eps: float = 1e-10, weight_decay: float = 0.0,
                  initial_accumulator_value: float = 0.0):

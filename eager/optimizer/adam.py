@@ -24,12 +24,12 @@ class Adam(Optimizer):
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"{type(self).__name__}: invalid hyper-parameters lr={lr}, "
                              f"betas={betas}, eps={eps}, weight_decay={weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay))
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay,
+                                      betas=tuple(betas), eps=eps))
 
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        return {"step": zeros((), "int32"), "exp_avg": zeros_like(param),
-                "exp_avg_sq": zeros_like(param)}
+        return {"exp_avg": zeros_like(param), "exp_avg_sq": zeros_like(param),
+                "step": zeros((), "int32")}
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
         states = [self.state[p] for p in params]

@@ -29,14 +29,14 @@ class LAMB(Optimizer):
             require(value >= 0, "LAMB", name, value, ">= 0")
         require(len(betas) == 2 and all(0 <= b < 1 for b in betas), "LAMB", "betas", betas,
                 "two numbers in [0, 1)")
-        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
-                                      weight_decay=weight_decay,
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay,
+                                      betas=tuple(betas), eps=eps,
                                       bias_correction=bool(bias_correction),
                                       always_adapt=bool(always_adapt)))
 
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
-        return {"step": zeros((), "int32"), "exp_avg": zeros_like(param),
-                "exp_avg_sq": zeros_like(param)}
+        return {"exp_avg": zeros_like(param), "exp_avg_sq": zeros_like(param),
+                "step": zeros((), "int32")}
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
         m, v, steps = ([self.state[p][k] for p in params]
@@ -58,8 +58,8 @@ class LAMBFp16(LAMB):
 
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         master = param.detach().astype("float32")
-        return {"step": zeros((), "int32"), "exp_avg": zeros_like(master),
-                "exp_avg_sq": zeros_like(master), "param_fp32": master}
+        return {"exp_avg": zeros_like(master), "exp_avg_sq": zeros_like(master),
+                "step": zeros((), "int32"), "param_fp32": master}
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
         masters, m, v, steps = ([self.state[p][k] for p in params]
