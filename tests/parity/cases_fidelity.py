@@ -6,7 +6,7 @@ and two of `megengine.data`'s."""
 from __future__ import annotations
 
 import numpy as np
-from parity_cases import case
+from parity_cases import case, data
 
 
 def _x() -> np.ndarray:
@@ -210,3 +210,26 @@ def optimizer_state_dicts_load_both_ways() -> dict:
                      "state": {f"{i}.{k}": v for i, s in opt.state_dict()["state"].items()
                                for k, v in s.items()}}
     return out
+
+
+@case(rtol=1e-3, atol=1e-3)
+def autocast_float16_products_on_random_values() -> dict:
+    """Under `amp.autocast` with MegEngine's arguments: matrix products and convolutions in
+    float16 with float32 accumulation on both sides, the same dtypes and values, except where
+    a sum of two float16 numbers is an exact tie between two of them (a convolution's bias):
+    MegEngine's CPU rounds those away from zero, IEEE to even (`float16_ties_round_to_even`
+    in cases_megengine_bugs.py), one float16 ulp apart."""
+    import megengine as mge
+    import megengine.amp as amp
+    import megengine.functional as F
+
+    a, b = mge.tensor(data(8, 64, seed=1)), mge.tensor(data(64, 16, seed=2))
+    x, w = mge.tensor(data(2, 4, 8, 8, seed=3)), mge.tensor(data(6, 4, 3, 3, seed=4) * 0.3)
+    with amp.autocast(enabled=True, low_prec_dtype="float16", high_prec_dtype="float32"):
+        out = {"matmul": F.matmul(a, b), "matmul_t": F.matmul(a, a, transpose_b=True),
+               "linear": F.linear(a, b.transpose(1, 0)), "conv": F.conv2d(x, w, padding=1),
+               "conv_bias": F.conv2d(x, w, mge.tensor(data(1, 6, 1, 1, seed=5)), padding=1),
+               "batched": F.matmul(mge.tensor(data(3, 8, 64, seed=6)),
+                                   mge.tensor(data(3, 64, 8, seed=7)))}
+    return {k: {"value": v.numpy().astype("float64"), "dtype": str(v.dtype)}
+            for k, v in out.items()}

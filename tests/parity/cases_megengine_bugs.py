@@ -99,3 +99,18 @@ def partial_trace_batchnorm_statistics() -> dict:
         var = 0.9 * var + 0.1 * b.var(axis=(0, 2, 3), ddof=1)
     return {"got": [net.bn.running_mean.numpy().ravel(), net.bn.running_var.numpy().ravel()],
             "want": [mean.astype("float32"), var.astype("float32")]}
+
+
+@case(rtol=0, atol=0, megengine_bug="its CPU float16 rounds ties away from zero, where IEEE 754 "
+      "(numpy, PyTorch, CUDA, MegEngine's own GPU kernels) rounds them to even: 1 + 2**-11 is "
+      "1.0009765625 there, 1.0 here; the one-ulp difference of an amp convolution with bias")
+def float16_ties_round_to_even() -> dict:
+    import megengine as mge
+
+    a = np.array([1.0, 1.0, 3.0, -1.0], "float16")
+    b = np.array([2.0 ** -11, 3 * 2.0 ** -11, 2.0 ** -10, -2.0 ** -11], "float16")
+    x = np.array([1.00048828125, 1.00146484375, -1.00048828125], "float32")  # exact ties
+    got = np.concatenate([(mge.tensor(a) + mge.tensor(b)).numpy(),
+                          mge.tensor(x).astype("float16").numpy()])
+    want = np.concatenate([a + b, x.astype("float16")])  # numpy: IEEE's round to even
+    return {"got": got.astype("float64"), "want": want.astype("float64")}
