@@ -1,5 +1,12 @@
 """Recurrent layers: the cells `RNNCell`, `LSTMCell`, `GRUCell` and the sequence layers `RNN`,
-`LSTM`, `GRU`, with PyTorch's (and MegEngine's) gate layout and parameter names.
+`LSTM`, `GRU`, with PyTorch's (and MegEngine's) gate layout.
+
+A sequence layer keeps its weights as MegEngine does: one parameter, `_flatten_weights` of shape
+(gates*H, columns), whose memory holds for each layer and direction in turn weight_ih, weight_hh,
+bias_ih and bias_hh, each raveled; the forward reads only it. Beside it, `cells[layer][direction]`
+hold cells whose parameters MegEngine creates and never reads: they are in `parameters()`,
+state dicts and optimizer states, as there. PyTorch's per-layer `weight_ih_l0`, ... load into
+`_flatten_weights` by name (`_load_layouts`).
 
 Gates are stacked in the rows of `weight_ih` (gates*H, I) and `weight_hh` (gates*H, H): LSTM
 (input, forget, cell, output), GRU (reset, update, new). GRU applies the reset gate to the
@@ -13,14 +20,16 @@ and capture (`partial_trace` unrolls it) need nothing special.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 from .. import functional as F
 from ..core.creation import zeros
-from ..core.errors import OpArgumentError
+from ..core.errors import CheckpointError, OpArgumentError
 from ..core.tensors import Parameter, Tensor
 from ..serialization import layouts
 from . import init
@@ -175,16 +184,35 @@ class _RNNBase(Module):
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.dropout = bias, batch_first, float(dropout)
         self.bidirectional = bidirectional
+        # MegEngine's layout: one parameter, `_flatten_weights`, that the forward reads, and
+        # per-layer cells whose own parameters it never reads (MegEngine keeps them, so its
+        # checkpoints, optimizer states and `parameters()` order count them too)
+        self.cells = [[self._cell(layer) for _ in range(self._directions)]
+                      for layer in range(num_layers)]
         gates = _GATES[self._mode] * hidden_size
-        for layer in range(num_layers):
-            size = input_size if layer == 0 else hidden_size * self._directions
+        self._flatten_weights = _uniform((gates, self._flat_size() // gates), hidden_size)
+
+    def _cell(self, layer: int) -> _Cell:
+        size = self.input_size if layer == 0 else self.hidden_size * self._directions
+        return _Cell(size, self.hidden_size, self.bias, self._mode)
+
+    def _pieces(self) -> list[tuple[str, tuple[int, ...]]]:
+        """The runs of `_flatten_weights`'s memory, in order: for each layer and direction,
+        weight_ih, weight_hh, bias_ih and bias_hh (PyTorch's names, MegEngine's order)."""
+        gates, h = _GATES[self._mode] * self.hidden_size, self.hidden_size
+        out: list[tuple[str, tuple[int, ...]]] = []
+        for layer in range(self.num_layers):
+            size = self.input_size if layer == 0 else h * self._directions
             for suffix in self._suffixes:
-                name = f"l{layer}{suffix}"
-                setattr(self, f"weight_ih_{name}", _uniform((gates, size), hidden_size))
-                setattr(self, f"weight_hh_{name}", _uniform((gates, hidden_size), hidden_size))
-                if bias:
-                    setattr(self, f"bias_ih_{name}", _uniform((gates,), hidden_size))
-                    setattr(self, f"bias_hh_{name}", _uniform((gates,), hidden_size))
+                out += [(f"weight_ih_l{layer}{suffix}", (gates, size)),
+                        (f"weight_hh_l{layer}{suffix}", (gates, h))]
+                if self.bias:
+                    out += [(f"bias_ih_l{layer}{suffix}", (gates,)),
+                            (f"bias_hh_l{layer}{suffix}", (gates,))]
+        return out
+
+    def _flat_size(self) -> int:
+        return sum(math.prod(shape) for _, shape in self._pieces())
 
     @property
     def _directions(self) -> int:
@@ -195,33 +223,37 @@ class _RNNBase(Module):
         return ("", "_reverse") if self.bidirectional else ("",)
 
     def _load_layouts(self, state: dict[str, Any], prefix: str) -> None:
-        """MegEngine's `_flatten_weights` (gates*H, columns): its memory holds, for each layer
-        and direction in turn, weight_ih, weight_hh, bias_ih and bias_hh, each raveled (the
-        2-d shape only sizes the buffer). Its `cells.*` copies are dropped: MegEngine's forward
-        reads only the flat buffer, so they hold the initial values."""
+        """PyTorch's per-layer weights (`weight_ih_l0`, ..., `_reverse`; what this project
+        kept before it took MegEngine's layout) packed into `_flatten_weights`, and copied
+        into the cells, which PyTorch has no counterpart of."""
         super()._load_layouts(state, prefix)
-        if f"{prefix}_flatten_weights" not in state:
+        pieces = self._pieces()
+        if prefix + pieces[0][0] not in state or f"{prefix}_flatten_weights" in state:
             return
-        for key in [k for k in state if k.startswith(f"{prefix}cells.")]:
-            del state[key]
-        gates, h = _GATES[self._mode] * self.hidden_size, self.hidden_size
-        shapes: list[tuple[str, tuple[int, ...]]] = []
-        for layer in range(self.num_layers):
-            size = self.input_size if layer == 0 else h * self._directions
-            for suffix in self._suffixes:
-                shapes += [(f"weight_ih_l{layer}{suffix}", (gates, size)),
-                           (f"weight_hh_l{layer}{suffix}", (gates, h))]
-                if self.bias:
-                    shapes += [(f"bias_ih_l{layer}{suffix}", (gates,)),
-                               (f"bias_hh_l{layer}{suffix}", (gates,))]
-        packed = layouts.array(state.pop(f"{prefix}_flatten_weights")).reshape(-1)
-        state.update((prefix + name, a) for name, a in
-                     layouts.pieces(packed, shapes, f"{prefix}_flatten_weights"))
+        arrays = []
+        for name, shape in pieces:
+            value = layouts.array(state.pop(prefix + name, None))
+            if value.shape != shape:
+                raise CheckpointError(f"load_state_dict: {prefix}{name} has shape {value.shape},"
+                                      f" but this {type(self).__name__} needs {shape}; build it "
+                                      "with the sizes of the module that saved it")
+            arrays.append(value.reshape(-1))
+            layer, direction = _layer_of(name)
+            state[f"{prefix}cells.{layer}.{direction}.{name.split('_l')[0]}"] = value
+        gates = pieces[0][1][0]
+        state[f"{prefix}_flatten_weights"] = np.concatenate(arrays).reshape(gates, -1)
 
     def _weights(self, layer: int, suffix: str) -> tuple:
-        name = f"l{layer}{suffix}"
-        return tuple(getattr(self, f"{kind}_{name}", None)
-                     for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+        """This layer and direction's (weight_ih, weight_hh, bias_ih, bias_hh), read from
+        `_flatten_weights` (biases None without `bias`)."""
+        flat, start, found = self._flatten_weights.reshape(-1), 0, {}
+        for name, shape in self._pieces():
+            n = math.prod(shape)
+            if name.endswith(f"_l{layer}{suffix}"):
+                found[name.split("_l")[0]] = flat[start:start + n].reshape(shape)
+            start += n
+        return tuple(found.get(kind) for kind in ("weight_ih", "weight_hh", "bias_ih",
+                                                   "bias_hh"))
 
     def _initial(self, x: Tensor, hx: Any, batched: bool) -> list:
         """The initial state as a list over (layer, direction) of h or (h, c), batched."""
@@ -278,6 +310,12 @@ class _RNNBase(Module):
     def _extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
                 f"batch_first={self.batch_first}, bidirectional={self.bidirectional}")
+
+
+def _layer_of(name: str) -> tuple[int, int]:
+    """(layer, direction) of a PyTorch name such as `weight_hh_l1_reverse`."""
+    tail = name.split("_l")[1]
+    return int(tail.split("_")[0]), int(tail.endswith("_reverse"))
 
 
 def _run(step: Callable, x: Tensor, state: Any, weights: tuple, reverse: bool) -> tuple:

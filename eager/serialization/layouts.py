@@ -15,9 +15,9 @@ MegEngine's shapes) writes is converted (in the file -> here):
 and what MegEngine writes in a layout of its own:
 
 - `LayerNorm((3, 4))` weight and bias: `(12,)` -> `(3, 4)`;
-- `RNN`, `LSTM`: `_flatten_weights` (see `_split_rnn`) -> `weight_ih_l0`, `weight_hh_l0`,
-  `bias_ih_l0`, `bias_hh_l0`, ... (`_reverse` too); its `cells.<layer>.<direction>.*` are
-  parameters MegEngine's forward never reads, and are dropped;
+- `RNN`, `LSTM`, `GRU` keep MegEngine's `_flatten_weights` and `cells.*` as they are;
+  PyTorch's `weight_ih_l0`, `weight_hh_l0`, `bias_ih_l0`, `bias_hh_l0`, ... (`_reverse` too)
+  are packed into `_flatten_weights` and copied into the cells (`_RNNBase._load_layouts`);
 - `MultiHeadAttention(E, heads)`: `io_weight_bias` of shape `(1, 4E*E + 4E)` (see
   `_split_attention`) -> `in_proj_weight`, `in_proj_bias`, `out_proj.weight`, `out_proj.bias`;
 

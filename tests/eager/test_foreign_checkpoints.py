@@ -250,15 +250,35 @@ def _lstm_reference(x, weights, layers, directions, hidden):
     return x, np.stack(hs), np.stack(cs)
 
 
-def test_megengine_lstm_flat_weights_convert_to_named_ones(lstm, mge_expected):
+def test_megengine_lstm_flat_weights_load_as_they_are(lstm, mge_expected):
     state = eg.load(MGE / "lstm.mge")
     assert state["_flatten_weights"].shape == (16, 46)
-    assert any(k.startswith("cells.") for k in state)  # unused by MegEngine's forward: dropped
+    assert sorted(state) == sorted(k for k, _ in lstm.named_parameters())  # MegEngine's
     lstm.load_state_dict(state)
-    weights = {k: p.numpy() for k, p in lstm.named_parameters()}
+    flat, start, weights = np.asarray(state["_flatten_weights"]).reshape(-1), 0, {}
+    for name, shape in lstm._pieces():
+        n = int(np.prod(shape))
+        weights[name], start = flat[start:start + n].reshape(shape), start + n
     y, h, c = _lstm_reference(mge_expected["lstm.x"], weights, 2, 2, 4)
     for got, name in ((y, "y"), (h, "h"), (c, "c")):
         np.testing.assert_allclose(got, mge_expected[f"lstm.{name}"], rtol=1e-5, atol=1e-6)
+
+
+def test_pytorch_named_recurrent_weights_pack_into_the_flat_buffer(lstm, mge_expected):
+    """PyTorch's (and this project's earlier) per-layer names load into MegEngine's layout."""
+    flat = np.asarray(eg.load(MGE / "lstm.mge")["_flatten_weights"]).reshape(-1)
+    named, start = {}, 0
+    for name, shape in lstm._pieces():
+        n = int(np.prod(shape))
+        named[name], start = flat[start:start + n].reshape(shape), start + n
+    lstm.load_state_dict(named)
+    np.testing.assert_array_equal(lstm._flatten_weights.numpy().reshape(-1), flat)
+    np.testing.assert_array_equal(lstm.cells[1][1].weight_hh.numpy(),
+                                  named["weight_hh_l1_reverse"])
+    y = lstm(eg.tensor(mge_expected["lstm.x"]))[0]
+    np.testing.assert_allclose(y.numpy(), mge_expected["lstm.y"], rtol=1e-5, atol=1e-5)
+    with pytest.raises(eg.CheckpointError, match=r"weight_ih_l0 has shape \(16, 2\)"):
+        lstm.load_state_dict({**named, "weight_ih_l0": named["weight_ih_l0"][:, :2]})
 
 
 def test_megengine_attention_packed_weights_convert(mge_expected):
@@ -280,7 +300,7 @@ def test_megengine_attention_packed_weights_convert(mge_expected):
 def test_a_flat_buffer_of_the_wrong_size_names_it(lstm):
     state = eg.load(MGE / "lstm.mge")
     state["_flatten_weights"] = state["_flatten_weights"][:, 1:]
-    with pytest.raises(eg.CheckpointError, match=r"_flatten_weights holds 720 values, .* 736"):
+    with pytest.raises(ValueError, match=r"'_flatten_weights' has shape \(16, 45\)"):
         lstm.load_state_dict(state)
 
 

@@ -155,26 +155,38 @@ def test_sequence_layers_against_reference(rng, cls, mode, cfg):
     layers, dirs = cfg.get("num_layers", 1), 2 if cfg.get("bidirectional") else 1
     _load_random(layer, rng)
     names = [n for n, _ in layer.named_parameters()]
-    want_names = [f"{k}_l{i}{s}" for i in range(layers) for s in ("", "_reverse")[:dirs]
-                  for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-                  if cfg.get("bias", True) or k.startswith("weight")]
-    assert names == sorted(want_names)  # MegEngine's order: sorted
+    kinds = [k for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+             if cfg.get("bias", True) or k.startswith("weight")]
+    cells = [f"cells.{i}.{d}.{k}" for i in range(layers) for d in range(dirs) for k in kinds]
+    assert names == sorted(["_flatten_weights", *cells])  # MegEngine's, in its order: sorted
+    # the forward reads the flat buffer: per layer and direction, each piece raveled
+    pieces = [(f"{k}_l{i}{s}", ((3 if i == 0 else 4 * dirs) if k == "weight_ih" else 4)
+               if k.startswith("weight") else None)
+              for i in range(layers) for s in ("", "_reverse")[:dirs] for k in kinds]
+    gates = layer._flatten_weights.shape[0]
+    shapes = [(n, (gates, cols) if cols else (gates,)) for n, cols in pieces]
+    assert layer._flatten_weights.size == sum(int(np.prod(sh)) for _, sh in shapes)
     batch_first = cfg.get("batch_first", False)
     x = eg.tensor(normal(rng, *((2, 3, 3) if batch_first else (3, 2, 3))))
     h0 = eg.tensor(normal(rng, layers * dirs, 2, 4))
     c0 = eg.tensor(normal(rng, layers * dirs, 2, 4))
     lstm = mode == "LSTM"
 
-    def ref(xv, h, c, *ps):
+    def ref(xv, h, c, flat):
+        flat, start, params = flat.reshape(-1), 0, {}
+        for name, shape in shapes:
+            n = int(np.prod(shape))
+            params[name], start = flat[start:start + n].reshape(shape), start + n
         xt = xv.transpose(1, 0, 2) if batch_first else xv
-        out, state = _seq_ref(mode, layer, xt, h, c, dict(zip(names, ps)))
+        out, state = _seq_ref(mode, layer, xt, h, c, params)
         return (out.transpose(1, 0, 2) if batch_first else out), state
 
+    flat = layer._flatten_weights
     if lstm:
-        check_vjp(lambda: layer(x, (h0, c0)), [x, h0, c0] + layer.parameters(), ref, **RNN_TOL)
+        check_vjp(lambda: layer(x, (h0, c0)), [x, h0, c0, flat], ref, **RNN_TOL)
     else:
-        check_vjp(lambda: layer(x, h0), [x, h0] + layer.parameters(),
-                  lambda xv, h, *ps: ref(xv, h, None, *ps), **RNN_TOL)
+        check_vjp(lambda: layer(x, h0), [x, h0, flat],
+                  lambda xv, h, f: ref(xv, h, None, f), **RNN_TOL)
 
 
 def test_sequence_default_state_and_unbatched_input(rng):

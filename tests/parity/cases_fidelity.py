@@ -233,3 +233,42 @@ def autocast_float16_products_on_random_values() -> dict:
                                    mge.tensor(data(3, 64, 8, seed=7)))}
     return {k: {"value": v.numpy().astype("float64"), "dtype": str(v.dtype)}
             for k, v in out.items()}
+
+
+@case(rtol=1e-5, atol=1e-5)
+def recurrent_layers_keep_one_flat_parameter() -> dict:
+    """RNN and LSTM as MegEngine lays them out: `_flatten_weights`, which the forward reads,
+    and the cells' parameters beside it, in `parameters()`, state dicts and optimizer states;
+    outputs from a flat buffer set by name, and a one-layer RNN's gradient and momentum.
+    MegEngine's recurrent backward is right for one layer and one direction only: with two
+    bidirectional layers the RNN's gradient is garbage (1e15) and the LSTM's corrupts its heap
+    (its fused LSTM backward is wrong even for one layer: `lstm_input_gradient` in
+    cases_megengine_bugs.py), so those run forward only, after the gradient."""
+    import megengine as mge
+    import megengine.module as M
+    import megengine.optimizer as optim
+    from megengine.autodiff import GradManager
+
+    out = {}
+    x = mge.tensor(data(3, 2, 4, seed=8))
+    single = M.RNN(4, 5)  # first: a bidirectional forward before it spoils its backward
+    single.load_state_dict({n: np.cos(np.arange(p.size, dtype="float32") * 0.21)
+                            .reshape(p.shape) * 0.3 for n, p in single.named_parameters()})
+    opt = optim.SGD(single.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(single.parameters())
+    with gm:
+        gm.backward((single(x)[0] ** 2).sum())
+    out["flat_grad"] = single._flatten_weights.grad.numpy()
+    out["with_grad"] = [p.grad is not None for p in single.parameters()]
+    opt.step()
+    out["momentum_slots"] = len(opt.state_dict()["state"])
+    out["flat_after"] = single._flatten_weights.numpy()
+    for kind in ("RNN", "LSTM"):
+        net = getattr(M, kind)(4, 5, num_layers=2, bidirectional=True)
+        net.load_state_dict({n: np.sin(np.arange(p.size, dtype="float32") * 0.37 + i)
+                             .reshape(p.shape) * 0.3
+                             for i, (n, p) in enumerate(net.named_parameters())})
+        out[kind] = {"names": [n for n, _ in net.named_parameters()],
+                     "shapes": [list(p.shape) for p in net.parameters()],
+                     "y": net(x)[0].numpy()}
+    return out
