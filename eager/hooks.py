@@ -40,6 +40,7 @@ __all__ = [
     "with_grad",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies", "ragged_length",
+    "set_ragged_length",
     "user_location", "describe_location", "short_path", "profiling",
 ]
 # and, for a capture's compiled code: `profiling` times their calls inside `eager.profile()`
@@ -192,3 +193,9 @@ def ragged_length(tensor: Any) -> Any:
     (a selection from a small source in eager code), or a traced int32 (inside a region); its
     storage is padded to a capacity (`eager/core/ragged.py`)."""
     return tensor._len
+
+
+def set_ragged_length(tensor: Any, length: Any) -> None:
+    """Make `tensor` (holding padded storage) ragged with logical length `length`, an int32
+    device scalar: what a region that returns a data-dependent selection gives back."""
+    tensor._len = length

@@ -118,6 +118,7 @@ class Entry:
         self.single_result = (jax.tree_util.treedef_is_leaf(program.out_treedef)
                               and program.out_treedef.num_leaves == 1
                               and isinstance(program.out_leaves[0], Result)
+                              and program.out_leaves[0].length is None
                               and not self.writes)
         self.arg_guard = program.arg_guard
         guards: list = [ModuleGuard(ref(), exclude) for ref, exclude in program.modules

@@ -211,6 +211,11 @@ def _refuse(program: Program, what: str) -> None:
     if program.per_rank is not None:
         raise ExportError(f"{what} calls per-rank collectives, which need the process group; "
                           "export a region without them.")
+    if any(isinstance(leaf, Result) and leaf.length is not None for leaf in program.out_leaves):
+        raise ExportError(f"{what} returns a tensor whose size depends on the data (a boolean "
+                          "selection: x[mask], F.nonzero, F.cond_take); an exported program has "
+                          "outputs of fixed shapes. Return the mask (or x * mask) and select "
+                          "after the call.")
     if any(not isinstance(leaf, (Result, Argument)) for leaf in program.out_leaves):
         raise ExportError(f"{what} returns something other than tensors it computes from its "
                           "inputs (a plain value, or a tensor that existed before the call, such "

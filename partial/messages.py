@@ -81,10 +81,10 @@ def warn_recompile(kind: str, what: str, count: int, limit: int, why: str,
 
 
 def ragged_output_error(kind: str) -> UnsupportedOutputError:
-    """A region returned (or kept) a tensor whose size depends on the data it computed."""
+    """A region kept, in state, a tensor whose size depends on the data it computed."""
     return UnsupportedOutputError(
-        f"{describe_location(user_location())}: this {kind} region returns or keeps a tensor "
-        "made by a boolean selection (x[mask], F.nonzero, F.cond_take), whose size depends on "
-        "values computed by the compiled code. Reduce it inside the region (.sum(), .mean(), a "
-        "loss: these compile as masked computations), return the mask and select after the "
-        "call, or select inside `with exclude_from_trace():`.")
+        f"{describe_location(user_location())}: this {kind} region keeps, in a tensor that "
+        "existed before the call, a tensor made by a boolean selection (x[mask], F.nonzero, "
+        "F.cond_take), whose size depends on values computed by the compiled code. Return it "
+        "instead (a region may return such a tensor), reduce it inside the region (.sum(), "
+        ".mean(), a loss), or select inside `with exclude_from_trace():`.")

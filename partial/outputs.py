@@ -8,6 +8,7 @@ import weakref
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import eager as eg
@@ -33,6 +34,7 @@ class Outputs(CaptureState):
         self.results: list = []
         self.result_tensors: list = []
         self._result_of: dict[int, int] = {}
+        self._length_of: dict[int, int] = {}  # a ragged result's index -> its length's
         self._outputs(out)
         self.writes: list = []
         self._effects()
@@ -48,22 +50,36 @@ class Outputs(CaptureState):
                        if self.is_created(t)]
         return list(self.results)
 
-    def _result(self, t: Any) -> int:
-        """The index of the program output carrying `t`'s final value (added on first use)."""
+    def _result(self, t: Any, returned: bool = False) -> int:
+        """The index of the program output carrying `t`'s final value (added on first use).
+        A ragged tensor (a data-dependent selection) may be `returned`: its padded storage and
+        its length are two outputs (decision 15); it cannot be kept in state."""
+        n = hooks.ragged_length(t)
+        if n is not None and not returned:
+            raise ragged_output_error(self.kind)
         r = self._result_of.get(id(t))
         if r is None:
-            if hooks.ragged_length(t) is not None:
-                raise ragged_output_error(self.kind)
             r = self._result_of[id(t)] = len(self.results)
             self.results.append(_data(t))
             self.result_tensors.append(t)
+            if n is not None:
+                self._length_of[r] = self._add_length(n)
+        return r
+
+    def _add_length(self, n: Any) -> int:
+        """A ragged result's length as a program output of its own (int32, no gradient)."""
+        length = hooks.wrap(jnp.asarray(n, jnp.int32))
+        r = self._result_of[id(length)] = len(self.results)
+        self.results.append(_data(length))
+        self.result_tensors.append(length)
         return r
 
     def _describe(self, t: Any) -> Any:
         """Where a call finds the Tensor `t` stands for: a program output, an argument, a
         tensor by reference, or the current `.grad` of its owner."""
         if self.is_created(t):
-            return Result(self._result(t))
+            r = self._result(t, returned=True)
+            return Result(r, self._length_of.get(r))
         if id(t) in self.arg_index:
             return Argument(self.arg_index[id(t)])
         source = self.source_of.get(id(t))

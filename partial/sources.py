@@ -91,15 +91,19 @@ Source = Lifted | GradSlot | Hyper  # an input source of any kind
 
 # ----- values ----------------------------------------------------------------------------------
 class Result:
-    """Output `index` of the compiled program."""
+    """Output `index` of the compiled program; with `length`, the padded storage of a ragged
+    tensor (a data-dependent selection) whose logical length is output `length`."""
 
-    __slots__ = ("index",)
+    __slots__ = ("index", "length")
 
-    def __init__(self, index: int):
-        self.index = index
+    def __init__(self, index: int, length: int | None = None):
+        self.index, self.length = index, length
 
     def get(self, outs: list, call: Any) -> Any:
-        return outs[self.index]
+        t = outs[self.index]
+        if self.length is not None:
+            eg.hooks.set_ragged_length(t, _data(outs[self.length]))
+        return t
 
 
 class Argument:

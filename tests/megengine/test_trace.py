@@ -361,3 +361,17 @@ def test_trace_options_of_megengine_are_accepted():
     g = trace(symbolic=True, symbolic_shape=True)(lambda x: x + 1)
     np.testing.assert_array_equal(f(mge.ones(2)).numpy(), [2.0, 2.0])
     np.testing.assert_array_equal(g(mge.ones(2)).numpy(), [2.0, 2.0])
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_trace_returns_a_boolean_mask_selection_of_the_right_size(symbolic):
+    """MegEngine's test_tracing.py: advanced indexing with a boolean mask inside `trace`."""
+    @trace(symbolic=symbolic)
+    def f(x):
+        return x[x > 0]
+
+    for v in ([1.0, -2.0, 3.0], [-1.0, -2.0, -3.0], [4.0, 5.0, -6.0], [1.0, 2.0, 3.0]):
+        a = np.array(v, np.float32)
+        out = f(mge.tensor(a))
+        np.testing.assert_array_equal(out.numpy(), a[a > 0])
+        assert out.shape == a[a > 0].shape

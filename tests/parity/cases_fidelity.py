@@ -272,3 +272,21 @@ def recurrent_layers_keep_one_flat_parameter() -> dict:
                      "shapes": [list(p.shape) for p in net.parameters()],
                      "y": net(x)[0].numpy()}
     return out
+
+
+@case()
+def trace_returns_a_selection_of_data_dependent_size() -> dict:
+    """MegEngine's `test_tracing.py`: `trace` returns `x[x > 0]`, of the right size on every
+    call (a region returns its padded storage and length here, decision 15)."""
+    import megengine as mge
+    from megengine.jit import trace
+
+    out = {}
+    for symbolic in (False, True):
+        @trace(symbolic=symbolic)
+        def f(x):
+            return x[x > 0] * 2
+
+        for i, v in enumerate(([1.0, -2.0, 3.0], [-1.0, -2.0, -3.0], [4.0, 5.0, -6.0])):
+            out[f"{symbolic}_{i}"] = f(mge.tensor(np.array(v, "float32"))).numpy()
+    return out

@@ -13,7 +13,6 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import ValueReadError, partial_trace, xla_trace
-from partial.errors import UnsupportedOutputError
 from tests.eager.ragged_programs import PROGRAMS, REGION_SAFE, inputs
 
 N, D = 10, 3
@@ -179,15 +178,6 @@ def test_graph_breaks_read_the_size_and_go_on_eagerly():
 
     x = np.arange(-3.0, 5.0, dtype=np.float32)
     assert f(eg.tensor(x)).item() == pytest.approx(x[x > 0].sum() * 4)
-
-
-def test_returning_a_selection_from_a_region_is_refused():
-    @xla_trace
-    def f(x):
-        return x[x > 0]
-
-    with pytest.raises(UnsupportedOutputError, match="boolean selection"):
-        f(eg.tensor(np.arange(-3.0, 5.0, dtype=np.float32)))
 
 
 def test_selections_by_different_masks_cannot_be_combined_in_a_region():
