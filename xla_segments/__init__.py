@@ -28,13 +28,7 @@ from .kept import LOAD_EVENT as KEPT_LOAD_EVENT
 from .kept import Kept, Persistent
 from .kept import own as own_kept_ops
 from .kept import wrap as keep_jitted
-from .options import (
-    REMAT_VALUES,
-    CompileOptions,
-    base_compile_options,
-    quick_compile_options,
-    segment_compile_options,
-)
+from .options import REMAT_VALUES, CompileOptions, base_compile_options, quick_compile_options
 from .per_rank import PerRank
 from .segment import Segment, abstract
 from .segment_store import SegmentStore
@@ -46,5 +40,4 @@ __all__ = ["Segment", "Executable", "CompileOptions", "PerRank", "abstract", "RE
            "set_cache_max_size", "cache_max_size", "cache_counts", "recent_runs",
            "Kept", "Persistent", "keep_jitted", "own_kept_ops", "KEPT_HIT_EVENT",
            "KEPT_LOAD_EVENT", "quick_compile_options", "base_compile_options", "SegmentStore",
-           "segment_compile_options",
            "store_for_program", "store_for_stretch", "compile_threads"]

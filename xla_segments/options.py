@@ -56,34 +56,14 @@ def quick_compile_options() -> dict:
     about 70% of the CPU time, bit for bit the same, running as fast (60 ops checked with NaN,
     infinities and denormals); a transpose, pad, scatter or softmax ran slower, a convolution
     up to 25% slower, and a batch normalization's statistics came out one rounding apart, so
-    those keep the defaults (RetinaNet in eager mode, every op so compiled: first step 16.2 ->
-    12.4 s, later steps 1.37 -> 1.50 s). jaxlib 0.12 has no such switch and compiles small
-    programs about as fast already. Over `base_compile_options()`."""
-    return {**base_compile_options(), **_older_emitters()}
-
-
-@ft.cache
-def segment_compile_options() -> dict:
-    """XLA options for a segment's executables (a whole region, a stretch between graph
-    breaks, an `xla_trace` step), under any its `CompileOptions` set: on jaxlib 0.10, XLA:CPU's
-    older emitters too. Whole programs fuse what the per-op measurements found slower, and run
-    as fast: RetinaNet under `partial_trace(graph_breaks=True)` on 2 cores, first step (empty
-    cache) 9.8, 10.0 -> 8.5, 8.6 s, later steps 1.09, 1.09 -> 1.11, 1.08 s (medians of 8, in
-    alternation), its losses equal to 7 digits (batch normalization rounds once differently).
-    Over `base_compile_options()`."""
-    return {**base_compile_options(), **_older_emitters()}
-
-
-def _older_emitters() -> dict:
-    """`xla_cpu_use_fusion_emitters=False` where XLA:CPU has it (jaxlib < 0.11) and the user's
-    `XLA_FLAGS` does not set it."""
-    if jax.default_backend() != "cpu" or _EMITTERS in os.environ.get("XLA_FLAGS", ""):
-        return {}
+    those keep the defaults. jaxlib 0.12
+    has no such switch and compiles small programs about as fast already. Over
+    `base_compile_options()`."""
+    if jax.default_backend() != "cpu":
+        return base_compile_options()
     version = tuple(int(p) for p in importlib.metadata.version("jaxlib").split(".")[:2])
-    return {_EMITTERS: False} if version < (0, 11) else {}
-
-
-_EMITTERS = "xla_cpu_use_fusion_emitters"
+    older = {"xla_cpu_use_fusion_emitters": False} if version < (0, 11) else {}
+    return {**base_compile_options(), **older}
 
 
 # What XLA's option parser takes (anything else fails in the binding with an unreadable error).
@@ -166,12 +146,12 @@ class CompileOptions:
         return dataclasses.replace(self, **changes)
 
     def for_kind(self, kind: str, convolves: bool = False) -> dict[str, Any]:
-        """The XLA options for one kind of executable: `segment_compile_options()`, then
+        """The XLA options for one kind of executable: `base_compile_options()`, then
         `compiler_options`, then (if it `convolves`) `conv_options`, then that kind's
         `executable_options` over them."""
         if kind not in EXECUTABLE_KINDS:
             raise ValueError(f"unknown executable kind {kind!r}; kinds: {EXECUTABLE_KINDS}")
-        merged = {**segment_compile_options(), **dict(self.compiler_options)}
+        merged = {**base_compile_options(), **dict(self.compiler_options)}
         if convolves:
             merged.update(self.conv_options)
         merged.update(dict(self.executable_options).get(kind, ()))

@@ -16,13 +16,12 @@ import eager.module as M
 import eager.optimizer as optim
 from eager.autodiff import GradManager
 from partial import partial_trace, xla_trace
-from xla_segments import CompileOptions, Segment, base_compile_options, segment_compile_options
+from xla_segments import CompileOptions, Segment, base_compile_options
 from xla_segments.layout import channels_last, has_convolution
 
 CPU = jax.default_backend() == "cpu"
 OPTION = ("xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_REDUCE")
-BASE = base_compile_options()  # an eager op's
-SEG = segment_compile_options()  # a segment's
+BASE = base_compile_options()
 
 
 @pytest.fixture
@@ -142,7 +141,7 @@ def test_the_rewrites_apply_to_compiled_regions_and_switch_off(kind, rewrites):
     *_, fn = _run(kind, steps=1, model=Small)
     seg = fn.segments()[-1]
     assert seg.options.layout is None
-    assert all(e.compiler_options == SEG for e in seg.executables().values())
+    assert all(e.compiler_options == BASE for e in seg.executables().values())
 
 
 @pytest.mark.skipif(not CPU, reason="the rewrites apply on the CPU only")
@@ -271,11 +270,11 @@ def test_channels_last_leaves_functions_without_convolutions_alone():
 def test_conv_options_reach_only_executables_that_convolve():
     opts = CompileOptions(conv_options=dict([OPTION]), layout="channels_last")
     conv = Segment(_convs, _conv_args(), options=opts)
-    assert conv.forward().compiler_options == {**SEG, OPTION[0]: OPTION[1]}
+    assert conv.forward().compiler_options == {**BASE, OPTION[0]: OPTION[1]}
     mlp = Segment(lambda x, w: (jnp.tanh(x @ w),), [jnp.ones((2, 3)), jnp.ones((3, 4))],
                   options=opts)
-    assert mlp.forward().compiler_options == SEG
+    assert mlp.forward().compiler_options == BASE
     fwd, bwd = conv.vjp(wrt=(0, 1), diff_outputs=(0,))
-    assert fwd.compiler_options == bwd.compiler_options == {**SEG, OPTION[0]: OPTION[1]}
+    assert fwd.compiler_options == bwd.compiler_options == {**BASE, OPTION[0]: OPTION[1]}
     with pytest.raises(ValueError, match="unknown layout"):
         CompileOptions(layout="nhwc")
