@@ -67,6 +67,16 @@ def _axes(axis: Any) -> Any:
     return _ints((axis,), "axis")[0] if isinstance(axis, int) else _ints((axis,), "axis")
 
 
+def _integral(o: Any) -> bool:
+    """Whether `o` (a Python number, an array or a Tensor) holds integers (not booleans)."""
+    if isinstance(o, bool):
+        return False
+    if isinstance(o, int):
+        return True
+    dtype = getattr(o, "dtype", None)
+    return dtype is not None and _family(dtype) == "integer"
+
+
 def _family(dtype: np.dtype) -> str:
     """The kind of number a dtype holds; an in-place update may narrow within it only."""
     for family, kind in (("bool", jnp.bool_), ("integer", jnp.integer),
@@ -292,7 +302,17 @@ class TensorMethods:
     def __itruediv__(self, o): return self._inplace(self / o, "/=")  # noqa: E704
     def __ifloordiv__(self, o): return self._inplace(self // o, "//=")  # noqa: E704
     def __imod__(self, o): return self._inplace(self % o, "%=")  # noqa: E704
-    def __ipow__(self, o): return self._inplace(self ** o, "**=")  # noqa: E704
+    def __ipow__(self, o):
+        # an integer x keeps its dtype, as every in-place update does: the power in integers
+        # (PyTorch's), where `x ** y` is MegEngine's float32
+        if _family(self.dtype) == "integer" and _integral(o):
+            if isinstance(o, int) and o < 0:
+                raise bad_argument(f"`x **= {o}` with x of dtype {self.dtype}: a negative power "
+                                   "of an integer is a fraction, which x cannot hold; write "
+                                   f"`x = x ** {o}` (a float32 tensor)", OpTypeError)
+            return self._inplace(self._op("int_pow", o), "**=")
+        return self._inplace(self ** o, "**=")
+
     def __iand__(self, o): return self._inplace(self & o, "&=")  # noqa: E704
     def __ior__(self, o): return self._inplace(self | o, "|=")  # noqa: E704
     def __ixor__(self, o): return self._inplace(self ^ o, "^=")  # noqa: E704

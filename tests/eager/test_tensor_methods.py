@@ -195,8 +195,13 @@ def test_inplace_operators_rebind_storage_in_place():
     i = eg.tensor([7, 9])
     i //= 2
     i %= 3
-    i **= 2
+    i **= 2  # in place, x keeps its dtype: integers (where `i ** 2` is MegEngine's float32)
     assert i.tolist() == [0, 1] and i.dtype == np.int32
+    big = eg.tensor([3, 5])
+    big **= eg.tensor([19, 10])  # exact, past float32's 2**24
+    assert big.tolist() == [3**19, 5**10]
+    with pytest.raises(eg.OpTypeError, match="negative power"):
+        big **= -1
     m = eg.tensor([True, False])
     m |= eg.tensor([False, True])
     m &= eg.tensor([True, False])

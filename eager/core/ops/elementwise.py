@@ -44,6 +44,7 @@ _ARITHMETIC: dict[str, Callable] = {
     "floor_div": jnp.floor_divide,
     "mod": jnp.remainder,
     "pow": _power,
+    "int_pow": jnp.power,  # `x **= y` of integers: x keeps its dtype
     "maximum": jnp.maximum,
     "minimum": jnp.minimum,
     "neg": jnp.negative,
