@@ -129,19 +129,6 @@ def stream_dataset_refuses_index_and_length() -> dict:
     return out
 
 
-@case()
-def pad_with_a_float_or_a_lone_value() -> dict:
-    import megengine.data.transform as T
-
-    img = (np.arange(2 * 2 * 3) * 10 % 256).astype("uint8").reshape(2, 2, 3)
-    out = {}
-    for name, value in (("half", 0.5), ("seven", 7), ("per_channel", (1, 2, 3)), ("two", 2.0)):
-        padded = T.Pad(1, value=value).apply(img)
-        out[name] = padded
-        out[name + "_dtype"] = str(padded.dtype)
-    return out
-
-
 def _optimizers() -> dict:
     import megengine.optimizer as optim
 

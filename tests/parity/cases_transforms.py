@@ -408,13 +408,15 @@ def transform_compose_batch_and_shuffle_raises() -> dict:
 
 
 # ----- MegEngine's defects, not copied ----------------------------------------------------------
-@case(megengine_bug="Pad with one number pads only the first channel with it")
+@case(megengine_bug="Pad with one number pads only the first channel with it (it hands the "
+      "number to OpenCV, which reads a lone value as (value, 0, 0, 0)); a float value too")
 def transform_pad_scalar_value_fills_every_channel() -> dict:
     import megengine.data.transform as T
 
     image = _image(5, 6)
-    got = T.Pad(2, value=7).apply(image)
-    want = np.pad(image, ((2, 2), (2, 2), (0, 0)), constant_values=7)
+    got = [T.Pad(2, value=7).apply(image), T.Pad(1, value=0.5).apply(image)]
+    want = [np.pad(image, ((2, 2), (2, 2), (0, 0)), constant_values=7),
+            np.pad(image.astype("float32"), ((1, 1), (1, 1), (0, 0)), constant_values=0.5)]
     return {"got": got, "want": want}
 
 

@@ -369,13 +369,3 @@ def test_torch_transform_compose_hands_pil_images_in_rgb():
     np.testing.assert_array_equal(seen[0], x[:, :, ::-1])  # the callable saw RGB
     np.testing.assert_array_equal(out, x[:, ::-1])  # and BGR came back
 
-
-def test_pad_with_one_number_fills_the_first_channel_as_megengine():
-    """MegEngine hands `value` to OpenCV, which reads a lone number as (value, 0, 0, 0)."""
-    img = np.full((2, 2, 3), 9, np.uint8)
-    lone = T.Pad(1, value=0.5).apply(img)
-    assert lone.dtype == np.float32
-    np.testing.assert_array_equal(lone[0, 0], [0.5, 0.0, 0.0])
-    np.testing.assert_array_equal(lone[1, 1], [9.0, 9.0, 9.0])
-    np.testing.assert_array_equal(T.Pad(1, value=7).apply(img)[0, 0], [7, 0, 0])
-    np.testing.assert_array_equal(T.Pad(1, value=(7, 7, 7)).apply(img)[0, 0], [7, 7, 7])

@@ -37,14 +37,14 @@ def pad_sizes(size: int | Sequence[int]) -> tuple[int, ...]:
 
 
 def pad(image: np.ndarray, size: int | Sequence[int], value: Any) -> np.ndarray:
-    """`image` with constant borders of `value`; a float `value` makes the result float32.
-
-    As in MegEngine, which hands `value` to OpenCV: a lone number pads the *first* channel
-    with it and the others with 0; give one number per channel, `(v, v, v)`, to pad all.
-    """
+    """`image` with constant borders of `value` (one number, or one per channel); a float
+    `value` makes the result float32."""
     top, bottom, left, right = pad_sizes(size)
     if np.asarray(value).dtype == np.float64:
         image = image.astype(np.float32)
+    if np.ndim(value) == 0:
+        # OpenCV reads a lone number as (value, 0, 0, 0), padding the first channel only
+        value = (value,) * 4
     return with_opencv("pad", image, lambda im: cv2.copyMakeBorder(
         im, top, bottom, left, right, cv2.BORDER_CONSTANT, value=value))
 

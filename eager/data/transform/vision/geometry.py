@@ -44,8 +44,7 @@ def _pair(size: int | Sequence[int]) -> tuple[int, int]:
 class Pad(VisionTransform):
     """Constant borders around the image (`value`) and the mask (`mask_value`). `size`: one
     number for all four sides, (bottom, right), or (top, bottom, left, right). A float `value`
-    makes the image float32. As MegEngine's: a lone number pads the image's first channel
-    with it and the others with 0 (OpenCV's reading); `(v, v, v)` pads every channel."""
+    makes the image float32."""
 
     def __init__(self, size: int | Sequence[int] = 0, value: Any = 0, mask_value: int = 0, *,
                  order: Sequence[str] | None = None) -> None:
