@@ -76,6 +76,19 @@ def test_binary_python_scalar_keeps_dtype(name, dtype):
                                rtol=_tol(dtype) * 4, atol=_tol(dtype) * 4)
 
 
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4),
+       seed=st.integers(0, 2**16), dtype=st.sampled_from([np.int32, np.int16, np.uint8]))
+def test_integer_power_against_jax(shapes, seed, dtype):
+    """`int_pow` (`x **= y` of integers): jax's integer power, wrapping as it does."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 6, shapes.input_shapes[0]).astype(dtype)
+    b = rng.integers(0, 5, shapes.input_shapes[1]).astype(dtype)
+    got = eg.apply(eg.OPS["int_pow"], eg.tensor(a), eg.tensor(b))
+    want = jnp.power(jnp.asarray(a), jnp.asarray(b))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), np.asarray(want))
+
+
 def test_int_tensor_with_float_scalar_promotes_to_float32():
     t = eg.tensor([1, 2, 3])
     assert t.dtype == np.int32
@@ -635,7 +648,7 @@ COVERED = (
        "log_softmax", "scaled_dot_product_attention", "dropout", "cross_entropy", "nll_loss",
        "binary_cross_entropy", "mse_loss", "l1_loss", "random_key", "random_split",
        "random_normal", "random_uniform", "random_permutation", "sgd_update",
-       "sgd_plain_update", "adam_update"}
+       "sgd_plain_update", "adam_update", "int_pow"}
     # Collectives: values and gradients against numpy on 2 processes in
     # tests/distributed/test_per_rank.py.
     | {f"dist.{n}" for n in ("all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_gather",
