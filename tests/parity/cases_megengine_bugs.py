@@ -102,8 +102,8 @@ def partial_trace_batchnorm_statistics() -> dict:
 
 
 @case(rtol=0, atol=0, megengine_bug="its CPU float16 rounds ties away from zero, where IEEE 754 "
-      "(numpy, PyTorch, CUDA, MegEngine's own GPU kernels) rounds them to even: 1 + 2**-11 is "
-      "1.0009765625 there, 1.0 here; the one-ulp difference of an amp convolution with bias")
+      "(numpy, PyTorch) rounds them to even: 1 + 2**-11 is 1.0009765625 there, 1.0 here; the "
+      "one-ulp difference of an amp convolution with bias")
 def float16_ties_round_to_even() -> dict:
     import megengine as mge
 
