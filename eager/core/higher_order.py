@@ -53,12 +53,8 @@ def backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor],
     forward graph is kept (not freed): the outer manager's backward goes through it again.
     `start`: when the manager running it began recording; it goes through the nodes that
     manager sees, and what it records is seen only by managers that began before it."""
-    token = tape.recorded_below(start) if start is not None else None
-    try:
+    with tape.recorded_below(start):
         return _backward(targets, cotangents, start)
-    finally:
-        if token is not None:
-            tape._HORIZON.reset(token)
 
 
 def _backward(targets: Sequence[Tensor], cotangents: Sequence[Tensor],

@@ -11,9 +11,10 @@ processing reachable nodes by decreasing sequence number is a valid reverse topo
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -152,11 +153,15 @@ def _check_alive(node: Node) -> None:
         )
 
 
-def recorded_below(start: int) -> contextvars.Token:
-    """Nodes recorded from now on are seen by managers that began before `start` only (a
-    recorded backward, run by the manager that began at `start`); `_HORIZON.reset(token)`
-    ends it."""
-    return _HORIZON.set(start)
+@contextlib.contextmanager
+def recorded_below(start: int | None) -> Iterator[None]:
+    """Within it, nodes recorded are seen by managers that began before `start` only (a
+    recorded backward, run by the manager that began at `start`; None: by every manager)."""
+    token = _HORIZON.set(start)
+    try:
+        yield
+    finally:
+        _HORIZON.reset(token)
 
 
 def _reachable(starts: Sequence[Node], start: int | None = None) -> list[Node]:
