@@ -159,10 +159,21 @@ class _Tuned:
 
     def __call__(self, *args: Any) -> Any:
         # a capture may call an op on concrete arrays that it lifts into the trace later
-        if current() is not None or any(isinstance(a, jax.core.Tracer)
-                                        for a in jax.tree.leaves(args)):
+        if current() is not None or _holds_tracer(args):
             return self.plain(*args)
         return self.tuned(*args)
+
+
+def _holds_tracer(args: tuple) -> bool:
+    """Whether a tracer is among `args`: flat for a forward's arrays (every eager op call),
+    walked as a tree only for the containers a backward takes (primals, cotangents)."""
+    for a in args:
+        if isinstance(a, jax.core.Tracer):
+            return True
+        if isinstance(a, (tuple, list, dict)) and any(
+                isinstance(b, jax.core.Tracer) for b in jax.tree.leaves(a)):
+            return True
+    return False
 
 
 def start_vjp(recorded: tuple, out_avals: Sequence[tuple]) -> None:
