@@ -51,17 +51,13 @@ def project_step(name: str, mode: str) -> Callable[[], float]:
     compiled stretches between its value reads); "step" (ResNet-18: the whole step, optimizer
     included, under `xla_trace`).
     """
-    zoo = os.environ.get("MEGENGINE_MODELS")
-    if not zoo:
-        raise SystemExit("benchmarks.zoo: set MEGENGINE_MODELS to the model zoo's folder")
-    sys.path.insert(0, zoo)
-    import partial
-
-    partial.alias_megengine()
+    zoo = _zoo_on_path()
     import megengine
     import megengine.functional as F
     from megengine.autodiff import GradManager
     from megengine.optimizer import SGD
+
+    import partial
 
     megengine.random.seed(0)
     np.random.seed(0)
@@ -92,6 +88,35 @@ def project_step(name: str, mode: str) -> Callable[[], float]:
 
     run = partial.xla_trace(step) if mode == "step" else step
     return lambda: float(run().numpy())
+
+
+def _zoo_on_path() -> str:
+    """The zoo's folder, put on `sys.path`, with `megengine` aliased to this project."""
+    zoo = os.environ.get("MEGENGINE_MODELS")
+    if not zoo:
+        raise SystemExit("benchmarks: set MEGENGINE_MODELS to the model zoo's folder")
+    if zoo not in sys.path:
+        sys.path.insert(0, zoo)
+    import partial
+
+    partial.alias_megengine()
+    return zoo
+
+
+def zoo_forward(name: str) -> tuple[Any, list, Callable[[], Any]]:
+    """Zoo model `name` (training mode), the parameters its step trains and a function running
+    one eager training forward on `inputs(name)` (`benchmarks.conv_layers` records it)."""
+    zoo = _zoo_on_path()
+    import megengine
+
+    megengine.random.seed(0)
+    np.random.seed(0)
+    model, trained = _zoo_model(name, zoo)
+    data = {k: megengine.tensor(v) for k, v in inputs(name).items()}
+    if name == "resnet18":
+        return model, trained, lambda: model(data["image"])
+    return model, trained, lambda: model(image=data["image"], im_info=data["im_info"],
+                                         gt_boxes=data["gt_boxes"])
 
 
 def _zoo_model(name: str, zoo: str) -> tuple[Any, list]:
