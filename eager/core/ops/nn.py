@@ -7,6 +7,7 @@ import numpy as np
 from jax import lax
 
 from ..conv_switch import conv_options, on_switch
+from . import conv_forms
 from .lean_grads import standardize
 from .ragged_rules import ROWS, WIDE_ROWS, along, unless_reduced
 from .registry import defop
@@ -45,10 +46,15 @@ def _conv_options(**_attrs):
 
 @defop("conv", compiler_options=_conv_options)
 def conv(x, weight, bias, *, stride, padding, dilation, groups):
-    y = lax.conv_general_dilated(
-        x, weight, window_strides=stride, padding=[(p, p) for p in padding],
-        rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim], feature_group_count=groups,
-    )
+    settings = dict(stride=stride, padding=padding, dilation=dilation)
+    if conv_forms.as_matmul(x, weight, groups=groups, **settings):
+        y = conv_forms.conv_matmul(x, weight, **settings)
+    else:
+        y = lax.conv_general_dilated(
+            x, weight, window_strides=stride, padding=[(p, p) for p in padding],
+            rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim],
+            feature_group_count=groups,
+        )
     return y if bias is None else y + _channel(bias, y.ndim)
 
 
