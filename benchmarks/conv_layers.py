@@ -13,15 +13,16 @@ its weight is trained and its input gradient when a trained convolution ran befo
 zoo's detectors freeze conv1 and layer1, so their backward stops at layer2).
 
 Here, each part is its own executable, compiled the way a compiled region compiles its
-convolutions: activations channels-last (NHWC), the weight in the API's OIHW order, gradients
-by jax's rules, `eager.hooks.conv_options` and `xla_segments.base_compile_options()`. The
+convolutions: activations channels-last (NHWC), the weight in the API's OIHW order, a small
+map's convolution as the op computes it (`eager/core/ops/conv_forms.py`), gradients by jax's
+rules, `eager.hooks.conv_options` and `xla_segments.base_compile_options()`. The
 `YNNPACK` column compiles the same with the convolutions sent to XLA:CPU's YNNPACK path
 (`OTHER_LIBRARY`); the `weight HWIO` column hands the weight over already in the HWIO order
 XLA:CPU's kernels read, so the difference to ours is what relaying the weight out costs. "path"
-is read from the optimized HLO: `ynn` when the convolution sits in a YNNPACK fusion, `onednn`
-for a oneDNN custom call, else `eigen` (XLA:CPU's own convolution thunk); `+rev` marks a
-reversed window, `+dil` a dilated input (a strided convolution's input gradient), `+T`
-transposes or reversals around it in the program.
+is read from the optimized HLO: `matmul` when no convolution is left, `ynn` when the
+convolution sits in a YNNPACK fusion, `onednn` for a oneDNN custom call, else `eigen`
+(XLA:CPU's own convolution thunk); `+rev` marks a reversed window, `+dil` a dilated input (a
+strided convolution's input gradient), `+T` transposes or reversals around it in the program.
 
 PyTorch: `conv2d` and `aten.convolution_backward` (one mask per part) on NCHW tensors, as its
 eager mode runs the torchvision models (channels-last in the JSON as well), `ZOO_TORCH_THREADS`
@@ -149,6 +150,7 @@ def xla_parts(layer: Layer, extra: dict | None = None,
 
     import eager
     import xla_segments
+    from eager.core.ops import conv_forms
 
     rng = np.random.default_rng(0)
     n, c, h, w = layer.x
@@ -159,7 +161,18 @@ def xla_parts(layer: Layer, extra: dict | None = None,
     ho, wo = layer.out_hw()
     g = jax.numpy.asarray(rng.standard_normal((n, ho, wo, layer.w[0])), "float32")
 
-    def fwd(x: Any, k: Any) -> Any:
+    settings = dict(stride=layer.stride, padding=layer.padding, dilation=layer.dilation)
+    nchw = jax.ShapeDtypeStruct(layer.x, "float32")
+    ours = not hwio and not extra
+    if ours and conv_forms.as_matmul(nchw, k, groups=layer.groups, **settings):
+        def fwd(x: Any, k: Any) -> Any:  # the op's form for small maps (NCHW inside)
+            y = conv_forms.conv_matmul(x.transpose(0, 3, 1, 2), k, **settings)
+            return y.transpose(0, 2, 3, 1)
+    else:
+        def fwd(x: Any, k: Any) -> Any:
+            return _conv(x, k)
+
+    def _conv(x: Any, k: Any) -> Any:
         return lax.conv_general_dilated(
             x, k, layer.stride, [(p, p) for p in layer.padding], rhs_dilation=layer.dilation,
             dimension_numbers=("NHWC", "HWIO" if hwio else "OIHW", "NHWC"),
@@ -191,6 +204,8 @@ def hlo_path(hlo: str) -> str:
     docstring for the marks)."""
     lines = hlo.splitlines()
     conv = [ln for ln in lines if " convolution(" in ln]
+    if not conv and any(" dot(" in ln for ln in lines):
+        return "matmul"
     if any("onednn" in ln.lower() for ln in lines):
         path = "onednn"
     elif any("ynn_fusion" in ln and "convolution" in ln for ln in lines) or (

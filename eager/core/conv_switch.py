@@ -2,16 +2,20 @@
 
 On the CPU, jaxlib 0.10.2 sends float32 convolutions to the YNNPACK library, whose
 weight-gradient convolution is slow (https://github.com/openxla/xla/issues/34273); XLA's own
-convolutions are 1.7x faster on a ResNet step. Two rewrites follow from it, both on by default:
+convolutions are 1.7x faster on a ResNet step. Three rewrites, all on by default, work around
+XLA:CPU's convolutions:
 
 - the executables that contain a convolution (eager convolution ops, and compiled segments that
   convolve) are compiled with `XLA_CPU_CONV_OPTIONS`, which keep convolutions off YNNPACK. Only
   those: the option also takes matmuls off YNNPACK, which makes an mlp step 16% slower;
 - compiled regions (`partial_trace`, `xla_trace`) run their convolutions channels-last (NHWC)
-  behind the NCHW API, a further 1.4x on the same step.
+  behind the NCHW API, a further 1.4x on the same step;
+- a float32 convolution of a feature map of at most 16 positions (a detector's top pyramid
+  levels) is one matrix product over its windows, where XLA:CPU's convolution is 2-5x slower
+  (`eager/core/ops/conv_forms.py`; RetinaNet's step 5-7% faster).
 
-`set_conv_rewrites(False)` (or `EAGER_CONV_REWRITES=0` in the environment) turns both off, for
-comparison or if an XLA version makes them slower. Values and gradients agree either way to
+`set_conv_rewrites(False)` (or `EAGER_CONV_REWRITES=0` in the environment) turns all three off,
+for comparison or if an XLA version makes them slower. Values and gradients agree either way to
 float32 round-off.
 """
 
@@ -42,9 +46,11 @@ def set_conv_rewrites(enabled: bool) -> None:
 
     On: executables that convolve are compiled with options that keep convolutions off the slow
     YNNPACK path, and regions compiled by `partial_trace` / `xla_trace` run their convolutions
-    channels-last behind the NCHW API (together 2.4x faster on a ResNet training step on CPU).
-    Off: XLA's defaults and the NCHW layout. Only the CPU is affected. It takes effect at once:
-    eager convolutions and compiled regions compile anew on their next call.
+    channels-last behind the NCHW API (together 2.4x faster on a ResNet training step on CPU),
+    and convolutions of feature maps of at most 16 positions are matrix products over their
+    windows. Off: XLA's defaults, the NCHW layout and XLA's convolution everywhere. Only the
+    CPU is affected. It takes effect at once: eager convolutions and compiled regions compile
+    anew on their next call.
 
     >>> import eager as eg
     >>> eg.set_conv_rewrites(False); eg.conv_rewrites()

@@ -37,3 +37,10 @@ def test_the_report_weights_layers_by_count_and_needed_parts():
     ours = 2 * (results[0]["ours.fwd"] + results[0]["ours.dw"]) + sum(
         results[1][f"ours.{p}"] for p in ("fwd", "dx", "dw"))
     assert f"ours {ours:.1f} ms" in text
+
+
+@cpu_only
+def test_a_small_map_is_timed_in_the_form_the_op_computes_it():
+    layer = Layer("t", (2, 32, 2, 2), (32, 32, 3, 3), padding=(1, 1))
+    assert {path for _, path in xla_parts(layer).values()} == {"matmul"}
+    assert xla_parts(layer, hwio=True)["fwd"][1].startswith("eigen")
