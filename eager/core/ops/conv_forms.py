@@ -20,6 +20,8 @@ a different order: values agree to float32 rounding (tests/eager/test_conv_forms
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -30,7 +32,8 @@ from ..conv_switch import conv_rewrites
 SMALL_POSITIONS = 16
 
 
-def as_matmul(x, weight, *, stride, padding, dilation, groups) -> bool:
+def as_matmul(x: Any, weight: Any, *, stride: tuple, padding: tuple, dilation: tuple,
+              groups: int) -> bool:
     """Whether the convolution of NCHW `x` with OIHW `weight` is computed as a matrix product
     (a pure function of the shapes and settings, decided while tracing)."""
     return (x.ndim == 4 and groups == 1 and x.dtype == jnp.float32
@@ -39,7 +42,7 @@ def as_matmul(x, weight, *, stride, padding, dilation, groups) -> bool:
             and jax.default_backend() == "cpu")
 
 
-def conv_matmul(x, weight, *, stride, padding, dilation):
+def conv_matmul(x: Any, weight: Any, *, stride: tuple, padding: tuple, dilation: tuple) -> Any:
     """The convolution of NCHW `x` with OIHW `weight` as one matrix product over its windows."""
     n, c = x.shape[:2]
     o, _, kh, kw = weight.shape
@@ -55,6 +58,7 @@ def conv_matmul(x, weight, *, stride, padding, dilation):
     return y.transpose(1, 0, 2, 3)
 
 
-def _out_size(x, weight, stride, padding, dilation) -> tuple[int, int]:
+def _out_size(x: Any, weight: Any, stride: tuple, padding: tuple,
+              dilation: tuple) -> tuple[int, ...]:
     return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, s, p, d in zip(
         x.shape[2:], weight.shape[2:], stride, padding, dilation))
