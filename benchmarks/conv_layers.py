@@ -76,9 +76,10 @@ class Layer:
     dx: bool = True
     dw: bool = True
 
-    def out_hw(self) -> tuple[int, int]:
-        return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, d, k, s in zip(
-            self.x[2:], self.padding, self.dilation, self.w[2:], self.stride))
+    def out_hw(self) -> tuple[int, ...]:
+        from eager.core.ops.conv_forms import out_size
+
+        return out_size(self.x[2:], self.w[2:], self.stride, self.padding, self.dilation)
 
     def flops(self) -> float:
         ho, wo = self.out_hw()
@@ -161,22 +162,21 @@ def xla_parts(layer: Layer, extra: dict | None = None,
     ho, wo = layer.out_hw()
     g = jax.numpy.asarray(rng.standard_normal((n, ho, wo, layer.w[0])), "float32")
 
-    settings = dict(stride=layer.stride, padding=layer.padding, dilation=layer.dilation)
-    nchw = jax.ShapeDtypeStruct(layer.x, "float32")
-    ours = not hwio and not extra
-    if ours and conv_forms.as_matmul(nchw, k, groups=layer.groups, **settings):
-        def fwd(x: Any, k: Any) -> Any:  # the op's form for small maps (NCHW inside)
-            y = conv_forms.conv_matmul(x.transpose(0, 3, 1, 2), k, **settings)
-            return y.transpose(0, 2, 3, 1)
-    else:
-        def fwd(x: Any, k: Any) -> Any:
-            return _conv(x, k)
-
-    def _conv(x: Any, k: Any) -> Any:
+    def conv(x: Any, k: Any) -> Any:
         return lax.conv_general_dilated(
             x, k, layer.stride, [(p, p) for p in layer.padding], rhs_dilation=layer.dilation,
             dimension_numbers=("NHWC", "HWIO" if hwio else "OIHW", "NHWC"),
             feature_group_count=layer.groups)
+
+    def small_map(x: Any, k: Any) -> Any:  # the op's form for small maps (NCHW inside)
+        y = conv_forms.conv_matmul(x.transpose(0, 3, 1, 2), k, **settings)
+        return y.transpose(0, 2, 3, 1)
+
+    settings = dict(stride=layer.stride, padding=layer.padding, dilation=layer.dilation)
+    nchw = jax.ShapeDtypeStruct(layer.x, "float32")
+    ours = not hwio and not extra
+    fwd = (small_map if ours and conv_forms.as_matmul(nchw, k, groups=layer.groups, **settings)
+           else conv)
 
     def dx(k: Any, g: Any) -> Any:
         return jax.vjp(lambda x: fwd(x, k), x)[1](g)[0]
@@ -223,15 +223,13 @@ def hlo_path(hlo: str) -> str:
 
 def _in_ynn_fusion(conv_line: str, lines: list[str]) -> bool:
     """Whether a convolution instruction is the body of a computation a YNNPACK fusion calls."""
-    name = re.search(r"%([\w.\-]+) = ", conv_line)
-    if not name:
-        return False
     body = None
     for ln in lines:
         if ln.startswith("%") or ln.startswith("ENTRY"):
             body = ln.split(" ")[0].lstrip("%")
-        if conv_line in ln and body is not None:
-            return any(f"calls=%{body}" in other and "ynn" in other for other in lines)
+        if ln == conv_line:
+            return body is not None and any(f"calls=%{body}" in other and "ynn" in other
+                                            for other in lines)
     return False
 
 
@@ -265,7 +263,8 @@ def torch_parts(layer: Layer, channels_last: bool = False) -> dict[str, Callable
 
 # ----- timing ---------------------------------------------------------------------------------
 def time_layer(layer: Layer, rounds: int) -> dict[str, Any]:
-    """Medians (ms) of every implementation's parts of `layer`, interleaved over `rounds`."""
+    """Medians (ms) of `rounds` timed calls of every implementation's parts of `layer`, and
+    the paths XLA took."""
     xla = {"ours": xla_parts(layer), "hwio": xla_parts(layer, hwio=True),
            "other": xla_parts(layer, OTHER_LIBRARY)}
     runs: dict[str, Callable[[], Any]] = {}

@@ -82,6 +82,14 @@ def x64():
 
 
 @pytest.fixture
+def rewrites():
+    """Restores the convolution rewrites' switch after a test that flips it."""
+    before = eg.conv_rewrites()
+    yield
+    eg.set_conv_rewrites(before)
+
+
+@pytest.fixture
 def frozen_gc():
     """Move every object alive now out of the collector's sight for the test, so the
     `gc.collect()` calls a test makes to free objects (and reuse their ids) scan only what the

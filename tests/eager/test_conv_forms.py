@@ -91,7 +91,7 @@ def test_the_rule_takes_small_float32_maps_only():
 
 @pytest.mark.skipif(not CPU, reason="the rule is XLA:CPU's")
 @pytest.mark.parametrize("stride", [1, 2])
-def test_eager_and_compiled_small_convolutions_equal_the_plain_ones(stride, rewrites_restored):
+def test_eager_and_compiled_small_convolutions_equal_the_plain_ones(stride, rewrites):
     rng = np.random.default_rng(0)
     x = eg.tensor(rng.standard_normal((2, 16, 4, 4)).astype(np.float32))
     w = eg.Parameter(rng.standard_normal((24, 16, 3, 3)).astype(np.float32) * 0.1)
@@ -117,10 +117,3 @@ def test_eager_and_compiled_small_convolutions_equal_the_plain_ones(stride, rewr
         close(got, want, rtol=1e-5)
     for got, want in zip(compiled, eager_form):
         close(got, want, rtol=1e-5)
-
-
-@pytest.fixture
-def rewrites_restored():
-    before = eg.conv_rewrites()
-    yield
-    eg.set_conv_rewrites(before)

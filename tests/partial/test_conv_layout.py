@@ -24,14 +24,6 @@ OPTION = ("xla_cpu_experimental_ynn_fusion_type", "LIBRARY_FUSION_TYPE_REDUCE")
 BASE = base_compile_options()
 
 
-@pytest.fixture
-def rewrites():
-    """Restores the switch after a test that flips it."""
-    before = eg.conv_rewrites()
-    yield
-    eg.set_conv_rewrites(before)
-
-
 def assert_close(got, want, rtol=1e-5):
     """Equal to `rtol` relative to the largest value: lists of arrays are compared as one
     vector (a gradient that is zero but for round-off, a conv bias before BatchNorm, is then

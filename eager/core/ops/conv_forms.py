@@ -38,7 +38,8 @@ def as_matmul(x: Any, weight: Any, *, stride: tuple, padding: tuple, dilation: t
     (a pure function of the shapes and settings, decided while tracing)."""
     return (x.ndim == 4 and groups == 1 and x.dtype == jnp.float32
             and weight.dtype == jnp.float32 and x.shape[2] * x.shape[3] <= SMALL_POSITIONS
-            and min(_out_size(x, weight, stride, padding, dilation)) >= 1 and conv_rewrites()
+            and min(out_size(x.shape[2:], weight.shape[2:], stride, padding, dilation)) >= 1
+            and conv_rewrites()
             and jax.default_backend() == "cpu")
 
 
@@ -46,7 +47,7 @@ def conv_matmul(x: Any, weight: Any, *, stride: tuple, padding: tuple, dilation:
     """The convolution of NCHW `x` with OIHW `weight` as one matrix product over its windows."""
     n, c = x.shape[:2]
     o, _, kh, kw = weight.shape
-    ho, wo = _out_size(x, weight, stride, padding, dilation)
+    ho, wo = out_size(x.shape[2:], weight.shape[2:], stride, padding, dilation)
     (sh, sw), (dh, dw) = stride, dilation
     xp = jnp.pad(x, ((0, 0), (0, 0), *((p, p) for p in padding)))
     taps = [lax.slice(xp, (0, 0, a * dh, b * dw),
@@ -58,7 +59,8 @@ def conv_matmul(x: Any, weight: Any, *, stride: tuple, padding: tuple, dilation:
     return y.transpose(1, 0, 2, 3)
 
 
-def _out_size(x: Any, weight: Any, stride: tuple, padding: tuple,
-              dilation: tuple) -> tuple[int, ...]:
+def out_size(sizes: tuple, kernel: tuple, stride: tuple, padding: tuple,
+             dilation: tuple) -> tuple[int, ...]:
+    """A convolution's output size along each spatial axis (input `sizes`, `kernel` sizes)."""
     return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, s, p, d in zip(
-        x.shape[2:], weight.shape[2:], stride, padding, dilation))
+        sizes, kernel, stride, padding, dilation))
