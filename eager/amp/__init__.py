@@ -2,9 +2,10 @@
 (`grad_scaler.py`).
 
 Inside `autocast`, the matmul class (matmul, linear, convolution, attention) computes in float16
-or bfloat16 and reductions, softmax, normalization and losses in float32; the table is
-`eager.core.amp_policy.POLICY`, applied by the dispatcher to every op, eagerly and inside
-`partial_trace` / `xla_trace` regions alike (the autocast state is part of their guard key).
+or bfloat16 and reductions, softmax, normalization and losses in float32; each op's rule is its
+`amp` attribute (`eager.OPS["conv"].amp`, set by its `defop`), applied by the dispatcher to every
+op, eagerly and inside `partial_trace` / `xla_trace` regions alike (the autocast state is part of
+their guard key).
 Parameters stay float32 (master weights) and their gradients arrive in float32.
 
 `GradScaler` multiplies the loss by a scale so that small float16 gradients do not flush to zero,

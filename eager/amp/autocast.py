@@ -1,6 +1,6 @@
 """`autocast` (MegEngine's `megengine.amp.autocast`): compute in float16 or bfloat16 where it
-pays, by the policy table of `eager.core.amp_policy`, while a context is entered or a decorated
-function runs."""
+pays, by each op's rule (`Op.amp`, see `eager.core.amp_policy`), while a context is entered or a
+decorated function runs."""
 
 from __future__ import annotations
 

@@ -1,12 +1,17 @@
-"""The autocast policy of `eager.amp`, in one table, and the per-thread state the dispatcher reads.
+"""The autocast rules of `eager.amp`, and the per-thread state the dispatcher reads.
 
-`POLICY` maps an op's name to `LOW` (the matmul class: its floating inputs are cast to the low
-precision type) or `FLOAT32` (reductions, softmax, normalization, losses: their low precision
-inputs are cast to float32). Ops not in the table run on the dtypes they are given, promoting as
-jax does (a float16 activation plus a float32 bias is float32). The dispatcher (`tensors.apply`)
-reads `state` once per call; only inside `autocast` is it set, and only then does it look an op up
-here. The casts are ordinary `astype` ops: they are recorded on the tape and captured like any op,
-and their vjp casts each cotangent back, so gradients reach float32 parameters in float32.
+Each op carries its own rule, `Op.amp` (set by `defop(..., amp=LOW)`): `LOW` (the matmul class:
+its floating inputs are cast to the low precision type) or `FLOAT32` (reductions, softmax,
+normalization, losses: their low precision inputs are cast to float32). Ops without a rule run
+on the dtypes they are given, promoting as jax does (a float16 activation plus a float32 bias
+is float32). The dispatcher (`tensors.apply`) reads `state` once per call; only inside
+`autocast` is it set, and only then does it read the op's rule. The casts are ordinary `astype`
+ops: they are recorded on the tape and captured like any op, and their vjp casts each cotangent
+back, so gradients reach float32 parameters in float32.
+
+Where low precision pays: the matmul class (tensor cores, half the memory traffic). Where it
+does not: accumulations and exponentials, whose float16 sums overflow and lose small terms
+(max, min and argmax are exact in any precision and have no rule).
 
 `state` is a `contextvars.ContextVar`, not a module global: autocast in one thread never changes
 what another computes. This module imports nothing from the rest of `eager`.
@@ -22,20 +27,6 @@ import numpy as np
 
 LOW, FLOAT32 = "low", "float32"
 
-POLICY: dict[str, str] = {
-    # the matmul class: where low precision pays (tensor cores, half the memory traffic)
-    **dict.fromkeys(("matmul", "einsum", "linear", "conv", "conv_transpose", "conv3d",
-                     "scaled_dot_product_attention"), LOW),
-    # accumulations and exponentials: float16 sums overflow and lose small terms. max, min and
-    # argmax are exact in any precision and are left alone.
-    **dict.fromkeys(("sum", "mean", "prod", "var", "std", "logsumexp", "norm", "normalize",
-                     "cumsum", "cumprod", "softmax", "log_softmax",
-                     "batch_norm_train", "batch_norm_eval", "layer_norm", "group_norm",
-                     "cross_entropy", "nll_loss", "binary_cross_entropy", "mse_loss", "l1_loss",
-                     "smooth_l1_loss", "hinge_loss", "kl_div", "ctc_loss",
-                     "local_response_norm"), FLOAT32),
-}
-
 LOW_TYPES = {"float16": np.dtype(jnp.float16), "bfloat16": np.dtype(jnp.bfloat16)}
 _F32 = np.dtype(np.float32)
 # float64 is left as it is (as in PyTorch): a user who asks for it wants it
@@ -46,10 +37,10 @@ state: contextvars.ContextVar[np.dtype | None] = contextvars.ContextVar("eager_a
                                                                         default=None)
 
 
-def cast_inputs(name: str, inputs: tuple, low: np.dtype, tensor_type: type[Any]) -> tuple:
-    """`inputs` of op `name` as autocast to `low` computes it: its floating Tensors cast to the
-    type the policy gives the op, everything else as it is."""
-    rule = POLICY.get(name)
+def cast_inputs(op: Any, inputs: tuple, low: np.dtype, tensor_type: type[Any]) -> tuple:
+    """`inputs` of `op` (an `Op`) as autocast to `low` computes it: its floating Tensors cast
+    to the type its rule `op.amp` gives, everything else as it is."""
+    rule = op.amp
     if rule is None:
         return inputs
     target = low if rule == LOW else _F32

@@ -2,8 +2,8 @@
 
 `apply` calls `translate` only when an op fails, so none of this costs anything on the eager
 hot path. A message names the function the user called, what its arguments were (shapes and
-dtypes, or their kind), why they do not fit (a specific check of `op_checks`, or jax's one-line
-reason) and the user's line: the innermost stack frame outside this project's packages.
+dtypes, or their kind), why they do not fit (the op's own check, `defop(..., check=)`, or jax's
+one-line reason) and the user's line: the innermost stack frame outside this project's packages.
 
 >>> import eager as eg
 >>> try:
@@ -26,7 +26,8 @@ import numpy as np
 
 from . import device as _device
 from .errors import AllocationError, OpArgumentError, OpTypeError
-from .op_checks import explain
+from .ops import OPS
+from .ops.checks import Found
 from .user_frame import PROJECT, describe_location, find_user_frame, location, project_dirs
 
 # Project functions that are not what the user called (a Module's `forward` is named by its op).
@@ -90,10 +91,22 @@ def number(value: Any, name: str) -> float:
                           f"{value!r:.60}.{where_text(where)}") from None
 
 
+def explain(op_name: str, inputs: Sequence, attrs: dict) -> Found:
+    """The problem the check of op `op_name` (`defop(..., check=)`) finds with `inputs`, or
+    None.
+
+    >>> import numpy as np
+    >>> explain("reshape", (np.ones((3, 7)),), {"shape": (4, 5)})[1].split(";")[0]
+    'cannot reshape a tensor of shape (3, 7) (21 elements) into (4, 5) (20 elements)'
+    """
+    return OPS[op_name].explain(inputs, attrs)
+
+
 def require(op_name: str, *inputs: Any, **attrs: Any) -> None:
-    """Raise the problem the specific check of op `op_name` finds with `inputs`, if any: for a
-    wrapper whose op would accept a wrong argument silently (an integer convolution)."""
-    found = explain(op_name, inputs, attrs)
+    """Raise the problem the before-the-call check of op `op_name` (`defop(..., before=)`)
+    finds with `inputs`, if any: for a wrapper whose op would accept a wrong argument silently
+    (an integer convolution)."""
+    found = OPS[op_name].check_before(inputs, attrs)
     if found is not None:
         entry, where = locate(2)
         cls, text = found
@@ -164,7 +177,7 @@ def _translated(op: Any, inputs: Sequence, key: tuple, exc: BaseException) -> Op
             return OpTypeError(f"{name}: argument {i + 1} is {describe(x)}, where a tensor or a "
                                f"number is needed.{at} Pass a Tensor (eg.tensor(...)).")
     attrs = dict(key)
-    found = explain(op.name, inputs, attrs)
+    found = op.explain(inputs, attrs)
     if found is not None:
         cls, text = found
         # Still a TypeError where jax raised one, so that code catching it keeps working.

@@ -542,8 +542,8 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     Returns a Tensor, or a tuple of Tensors for multi-output ops. Arguments the op cannot take
     raise `OpArgumentError` / `OpTypeError` naming the op, the arguments and the user's line.
     """
-    if (low := _amp.state.get()) is not None:  # inside amp.autocast: cast per amp_policy
-        inputs = _amp.cast_inputs(op.name, inputs, low, Tensor)
+    if (low := _amp.state.get()) is not None:  # inside amp.autocast: cast by the op's rule
+        inputs = _amp.cast_inputs(op, inputs, low, Tensor)
     key = tuple(attrs.items()) if attrs else ()
     try:  # free unless something raises: then jax's error becomes one that names the user's line
         if _profiling.ON and _current() is None:

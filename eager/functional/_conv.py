@@ -7,19 +7,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..core.op_errors import bad_argument, require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply
-from ._args import _compute_mode, _float_input, _ints, _pair, _t
+from ._args import _compute_mode, _ints, _pair, _t
 
 
 def _conv(n: int, x: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
           groups: int) -> Tensor:
     attrs = dict(stride=_pair(stride, n), padding=_pair(padding, n), dilation=_pair(dilation, n),
                  groups=int(groups))
-    require("conv:before", x, weight, **attrs)  # what jax takes silently or refuses only late
+    require("conv", x, weight, **attrs)  # what jax takes silently or refuses only late
     return apply(OPS["conv"], x, weight, bias, **attrs)
 
 
@@ -85,34 +83,8 @@ def conv3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any 
     attrs = {"stride": _ints("conv3d", "stride", stride, 3),
              "padding": _ints("conv3d", "padding", padding, 3),
              "dilation": _ints("conv3d", "dilation", dilation, 3), "groups": groups}
-    _check_conv3d(x, weight, bias, attrs)
+    require("conv3d", x, weight, bias, **attrs)
     return apply(OPS["conv3d"], x, weight, bias, **attrs)
-
-
-def _check_conv3d(x: Tensor, weight: Tensor, bias: Any, attrs: dict) -> None:
-    if x.ndim != 5 or weight.ndim != 5:
-        raise bad_argument(f"conv3d: needs a 5-d (N, C, D, H, W) input and a 5-d (out, "
-                           f"in / groups, kd, kh, kw) weight, got shapes {x.shape} and "
-                           f"{weight.shape}.")
-    _float_input("conv3d", x)
-    _float_input("conv3d", weight, "weight")
-    groups = attrs["groups"]
-    if groups < 1 or weight.shape[0] % groups or x.shape[1] != weight.shape[1] * groups:
-        raise bad_argument(f"conv3d: the input of shape {x.shape} has {x.shape[1]} channels; "
-                           f"the weight of shape {weight.shape} with groups={groups} needs "
-                           f"weight.shape[1] * groups of them, and groups must divide its "
-                           f"{weight.shape[0]} output channels.")
-    if min(attrs["stride"] + attrs["dilation"]) < 1 or min(attrs["padding"]) < 0:
-        raise bad_argument(f"conv3d: stride={attrs['stride']} and dilation={attrs['dilation']} "
-                           f"must be >= 1, padding={attrs['padding']} >= 0.")
-    if bias is not None and int(np.prod(np.shape(bias))) != weight.shape[0]:
-        raise bad_argument(f"conv3d: the bias has shape {tuple(np.shape(bias))}; it needs one "
-                           f"value per output channel ({weight.shape[0]}).")
-    reach = [d * (k - 1) + 1 for d, k in zip(attrs["dilation"], weight.shape[2:])]
-    if any(n + 2 * p < r for n, p, r in zip(x.shape[2:], attrs["padding"], reach)):
-        raise bad_argument(f"conv3d: the kernel {weight.shape[2:]} (dilation "
-                           f"{attrs['dilation']}) is larger than the input's size "
-                           f"{x.shape[2:]} plus padding {attrs['padding']}.")
 
 
 def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
@@ -126,16 +98,5 @@ def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, pad
     attrs = {name: _ints("conv_transpose3d", name, value, 3) for name, value in (
         ("stride", stride), ("padding", padding), ("output_padding", output_padding),
         ("dilation", dilation))}
-    if x.ndim != 5 or weight.ndim != 5 or groups < 1 or x.shape[1] != weight.shape[0] \
-            or weight.shape[0] % groups:
-        raise bad_argument(f"conv_transpose3d: needs a 5-d (N, C, D, H, W) input and a 5-d "
-                           f"(in, out / groups, kd, kh, kw) weight with in = C divisible by "
-                           f"groups={groups}, got shapes {x.shape} and {weight.shape}.")
-    _float_input("conv_transpose3d", x)
-    _float_input("conv_transpose3d", weight, "weight")
-    if min(attrs["stride"] + attrs["dilation"]) < 1 or min(attrs["padding"]) < 0 \
-            or any(op >= max(s, d) for op, s, d in zip(attrs["output_padding"], attrs["stride"],
-                                                         attrs["dilation"])):
-        raise bad_argument(f"conv_transpose3d: stride and dilation must be >= 1, padding >= 0 "
-                           f"and output_padding below stride or dilation, got {attrs}.")
+    require("conv_transpose", x, weight, groups=groups, **attrs)
     return apply(OPS["conv_transpose"], x, weight, bias, groups=groups, **attrs)

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (they register the ops)
     collective,
     color,
+    conv,
     correlation,
     ctc,
     deformable,

@@ -10,6 +10,7 @@ cannot fit in the frames is large but finite, and no gradient is nan.
 import jax.numpy as jnp
 from jax import lax
 
+from ..amp_policy import FLOAT32
 from .registry import defop
 
 
@@ -50,7 +51,7 @@ def _step(skip, floor):
     return step
 
 
-@defop("ctc_loss")
+@defop("ctc_loss", amp=FLOAT32)
 def ctc_loss(pred, pred_lengths, label, label_lengths, *, blank, width, reduction):
     """Per sample -log of the summed probability of every alignment of `label` in the first
     `pred_lengths` frames of `pred` (T, N, C); `label` is (N, S), or 1-d concatenated labels

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy import special
 
+from ..amp_policy import FLOAT32
 from . import lean_grads
 from .ragged_rules import ROWS, along
 from .reduction import vector_norm
@@ -176,7 +177,7 @@ def prelu(x, weight):
     return jnp.where(x > 0, x, w * x)
 
 
-@defop("normalize", ragged=along(inside=None))
+@defop("normalize", ragged=along(inside=None), amp=FLOAT32)
 def normalize(x, *, ord, axis, eps):
     """x / max(norm(x, ord, axis), eps): MegEngine's F.normalize, the gradient through a norm
     below eps being that of x / eps (PyTorch's)."""

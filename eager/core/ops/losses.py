@@ -7,6 +7,7 @@
 import jax.numpy as jnp
 from jax.scipy import special
 
+from ..amp_policy import FLOAT32
 from .ragged_rules import unless_reduced
 from .registry import defop
 
@@ -21,7 +22,7 @@ def _reduce(loss, reduction):
     return loss
 
 
-@defop("smooth_l1_loss", ragged=unless_reduced)
+@defop("smooth_l1_loss", ragged=unless_reduced, amp=FLOAT32)
 def smooth_l1_loss(pred, label, *, beta, reduction):
     """Quadratic (0.5 d^2 / beta) below |d| = beta, linear (|d| - beta / 2) above; beta = 0 is
     the L1 loss (the quadratic piece would divide by zero)."""
@@ -31,7 +32,7 @@ def smooth_l1_loss(pred, label, *, beta, reduction):
     return _reduce(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
 
 
-@defop("hinge_loss", ragged=unless_reduced)
+@defop("hinge_loss", ragged=unless_reduced, amp=FLOAT32)
 def hinge_loss(pred, label, *, squared, reduction):
     """max(0, 1 - pred * label) (squared for the L2 form) summed over axis 1, the class axis of
     MegEngine's (N, C) inputs: one loss per sample, which `reduction` then reduces."""
@@ -43,7 +44,7 @@ def hinge_loss(pred, label, *, squared, reduction):
     return _reduce(jnp.sum(loss, axis=1), reduction)
 
 
-@defop("kl_div", ragged=unless_reduced)
+@defop("kl_div", ragged=unless_reduced, amp=FLOAT32)
 def kl_div(pred, label, *, log_target, reduction):
     """label * (log(label) - pred) with `pred` log-probabilities (PyTorch's argument order);
     `label` is a log-probability too when `log_target`. A zero label contributes 0."""

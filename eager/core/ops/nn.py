@@ -1,27 +1,89 @@
-"""Neural-network ops: matmul, linear, convolution and pooling (NCHW), normalization, dropout,
-embedding, softmax, attention and losses."""
+"""Neural-network ops: matmul, linear, pooling (NCHW), normalization, dropout, embedding,
+softmax, attention and losses (convolutions are in conv.py), with their argument checks."""
+
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..conv_switch import conv_options, on_switch
-from . import conv_forms
+from ..amp_policy import FLOAT32, LOW
+from ..errors import OpArgumentError, OpTypeError
+from .checks import Found, dims, kind, missing, shape_of, window
 from .lean_grads import standardize
 from .ragged_rules import ROWS, WIDE_ROWS, along, unless_reduced
 from .registry import defop
 
+
+def _matmul_check(inputs: Sequence, attrs: dict) -> Found:
+    if (found := missing(inputs, ("left operand", "right operand"))) is not None:
+        return found
+    a, b = (dims(x) for x in inputs)
+    for i, s in enumerate((a, b)):
+        if len(s) == 0:
+            return OpArgumentError, (f"argument {i + 1} is 0-d (a scalar); matmul needs tensors "
+                                     "of at least one dimension: use `*` to scale by a scalar.")
+    inner_a, inner_b = a[-1], b[-2] if len(b) > 1 else b[0]
+    if inner_a != inner_b:
+        return OpArgumentError, (
+            f"the inner dimensions do not match: {a} @ {b} needs {inner_a} == {inner_b}. "
+            "Transpose an operand (x.T) or check which axis holds the features.")
+    batch_a, batch_b = a[:-2], b[:-2]
+    try:
+        np.broadcast_shapes(batch_a, batch_b)
+    except ValueError:
+        return OpArgumentError, (f"the batch dimensions {batch_a} and {batch_b} of {a} @ {b} do "
+                                 "not broadcast; make them equal or 1.")
+    return None
+
+
+def _embedding_check(inputs: Sequence, attrs: dict) -> Found:
+    index, weight = inputs
+    if (found := missing((index, weight), ("index", "weight"))) is not None:
+        return found
+    if kind(index) not in "iu":
+        return OpTypeError, (f"the index is a {np.dtype(index.dtype)} tensor; embedding needs "
+                             "integer indices: convert it with .astype('int32').")
+    if len(dims(weight)) != 2:
+        return OpArgumentError, (f"the weight has shape {shape_of(weight)}; it must be 2-d "
+                                 "(num_embeddings, dim).")
+    return None
+
+
 # ragged=ROWS: a ragged axis 0 is a batch (row) axis; a call that contracts over it fails
 # ragged_dispatch.py's shape check and runs on the exact arrays.
-defop("matmul", ragged=ROWS)(jnp.matmul)
-defop("einsum")(lambda *xs, subscripts: jnp.einsum(subscripts, *xs))
-defop("softmax", ragged=along(inside=None))(lambda x, *, axis: jax.nn.softmax(x, axis=axis))
-defop("log_softmax", ragged=along(inside=None))(lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
-defop("embedding", ragged=ROWS)(lambda index, weight: jnp.take(weight, index, axis=0))
+defop("matmul", ragged=ROWS, amp=LOW, check=_matmul_check)(jnp.matmul)
+defop("einsum", amp=LOW)(lambda *xs, subscripts: jnp.einsum(subscripts, *xs))
+defop("softmax", ragged=along(inside=None), amp=FLOAT32)(
+    lambda x, *, axis: jax.nn.softmax(x, axis=axis))
+defop("log_softmax", ragged=along(inside=None), amp=FLOAT32)(
+    lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
+defop("embedding", ragged=ROWS, check=_embedding_check)(
+    lambda index, weight: jnp.take(weight, index, axis=0))
 
 
-@defop("linear", ragged=WIDE_ROWS)
+def _linear_check(inputs: Sequence, attrs: dict) -> Found:
+    x, weight, bias = inputs
+    if (found := missing((x, weight), ("input", "weight"))) is not None:
+        return found
+    xs, ws = dims(x), dims(weight)
+    if len(ws) != 2:
+        return OpArgumentError, (f"the weight has shape {ws}; it must be 2-d, (out_features, "
+                                 "in_features).")
+    if len(xs) == 0 or xs[-1] != ws[1]:
+        return OpArgumentError, (
+            f"the input of shape {xs} has {xs[-1] if xs else 0} features on its last axis but "
+            f"the weight of shape {ws} (out_features, in_features) expects {ws[1]}. Give the "
+            f"input {ws[1]} features or build the layer with in_features={xs[-1] if xs else 0}.")
+    bs = shape_of(bias)
+    if bs is not None and bs not in ((ws[0],), ()):
+        return OpArgumentError, (f"the bias has shape {bs}; for a weight of shape {ws} it must "
+                                 f"be ({ws[0]},).")
+    return None
+
+
+@defop("linear", ragged=WIDE_ROWS, amp=LOW, check=_linear_check)
 def linear(x, weight, bias):
     y = jnp.matmul(x, weight.T)
     return y if bias is None else y + bias
@@ -30,56 +92,6 @@ def linear(x, weight, bias):
 def _channel(v, ndim):
     """A per-channel vector shaped to broadcast over axis 1 of an N-d activation."""
     return v.reshape((1, -1) + (1,) * (ndim - 2))
-
-
-_CONV_DIMS = {3: ("NCH", "OIH", "NCH"), 4: ("NCHW", "OIHW", "NCHW"),
-              5: ("NCDHW", "OIDHW", "NCDHW")}
-
-
-def _conv_options(**_attrs):
-    """XLA options for a convolution's jitted forward and backward: on the CPU, XLA's own
-    convolutions rather than YNNPACK's slow weight gradient (`eager.set_conv_rewrites`). An
-    eager convolution keeps NCHW: a lone NHWC convolution behind transposes was not measured
-    faster (XLA:CPU transposes around an NCHW one itself)."""
-    return conv_options(jax.default_backend())
-
-
-@defop("conv", compiler_options=_conv_options)
-def conv(x, weight, bias, *, stride, padding, dilation, groups):
-    settings = dict(stride=stride, padding=padding, dilation=dilation)
-    if conv_forms.as_matmul(x, weight, groups=groups, **settings):
-        y = conv_forms.conv_matmul(x, weight, **settings)
-    else:
-        y = lax.conv_general_dilated(
-            x, weight, window_strides=stride, padding=[(p, p) for p in padding],
-            rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim],
-            feature_group_count=groups,
-        )
-    return y if bias is None else y + _channel(bias, y.ndim)
-
-
-@defop("conv_transpose", compiler_options=_conv_options)
-def conv_transpose(x, weight, bias, *, stride, padding, output_padding, dilation, groups):
-    # The gradient of a convolution: dilate the input by the stride and convolve with the
-    # flipped kernel, whose (in, out/groups) layout is regrouped to (out, in/groups).
-    cin, cout_g, *k = weight.shape
-    w = weight.reshape((groups, cin // groups, cout_g, *k)).swapaxes(1, 2)
-    w = jnp.flip(w.reshape((groups * cout_g, cin // groups, *k)), range(2, 2 + len(k)))
-    pads = [
-        (d * (kk - 1) - p, d * (kk - 1) - p + op)
-        for kk, p, op, d in zip(k, padding, output_padding, dilation)
-    ]
-    y = lax.conv_general_dilated(
-        x, w, window_strides=(1,) * len(k), padding=pads, lhs_dilation=stride,
-        rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim], feature_group_count=groups,
-    )
-    return y if bias is None else y + _channel(bias, y.ndim)
-
-
-@on_switch
-def _rebuild_convolutions() -> None:
-    conv.drop_compiled()
-    conv_transpose.drop_compiled()
 
 
 def _nearest_taps(n_in, n_out):
@@ -128,13 +140,30 @@ def _window(x, init, reducer, kernel, stride, padding):
     )
 
 
-@defop("max_pool2d")
+def _pool_check(inputs: Sequence, attrs: dict) -> Found:
+    """Also run before the call (`F.max_pool2d`, `F.avg_pool2d`): jax takes a negative padding
+    silently (it crops)."""
+    xs = shape_of(inputs[0])
+    if xs is None or len(xs) != 4:
+        return OpArgumentError, (f"the input has shape {xs}; pooling needs a 4-d (N, C, H, W) "
+                                 "tensor.")
+    found = window(attrs, ("kernel", "stride"))
+    if found is None and "kernel" in attrs:
+        pad = attrs.get("padding", (0, 0))
+        if any(n + 2 * p < k for n, p, k in zip(xs[2:], pad, attrs["kernel"])):
+            return OpArgumentError, (
+                f"kernel={attrs['kernel']} is larger than the input's spatial size {xs[2:]} "
+                f"plus padding={pad}: the output would be empty; use a smaller kernel or pad.")
+    return found
+
+
+@defop("max_pool2d", check=_pool_check, before=_pool_check)
 def max_pool2d(x, *, kernel, stride, padding):
     # a concrete numpy init value lets jax recognise the max monoid, which it can differentiate
     return _window(x, np.array(-np.inf, x.dtype), lax.max, kernel, stride, padding)
 
 
-@defop("avg_pool2d")
+@defop("avg_pool2d", check=_pool_check, before=_pool_check)
 def avg_pool2d(x, *, kernel, stride, padding, count_padding):
     total = _window(x, np.array(0, x.dtype), lax.add, kernel, stride, padding)
     if count_padding:
@@ -161,7 +190,7 @@ def adaptive_avg_pool2d(x, *, out_shape):
     return _window(x, np.array(0, x.dtype), lax.add, k, stride, (0, 0)) / (k[0] * k[1])
 
 
-@defop("batch_norm_train", nondiff_outputs=(1, 2))
+@defop("batch_norm_train", nondiff_outputs=(1, 2), amp=FLOAT32)
 def batch_norm_train(x, weight, bias, *, eps):
     """Normalize with batch statistics; also return the mean and the unbiased variance.
     The output has x's dtype; a float16 x with float32 weights (MegEngine's mixed precision)
@@ -176,7 +205,7 @@ def batch_norm_train(x, weight, bias, *, eps):
     return y, mean.reshape(-1), var.reshape(-1) * (n / max(n - 1, 1))
 
 
-@defop("batch_norm_eval")
+@defop("batch_norm_eval", amp=FLOAT32)
 def batch_norm_eval(x, running_mean, running_var, weight, bias, *, eps):
     wide = _normalize_dtype(x, weight, running_mean)
     mean, var = _channel(running_mean, x.ndim), _channel(running_var, x.ndim)
@@ -207,7 +236,8 @@ def running_stats_update(running_mean, running_var, mean, var, *, momentum):
             momentum * running_var + (1 - momentum) * var)
 
 
-@defop("layer_norm", ragged=lambda attrs, ndim: ROWS if attrs["n_axes"] < ndim else None)
+@defop("layer_norm", ragged=lambda attrs, ndim: ROWS if attrs["n_axes"] < ndim else None,
+       amp=FLOAT32)
 def layer_norm(x, weight, bias, *, n_axes, eps):
     y = standardize(x, tuple(range(x.ndim - n_axes, x.ndim)), eps)
     if weight is not None:
@@ -215,7 +245,7 @@ def layer_norm(x, weight, bias, *, n_axes, eps):
     return y if bias is None else y + bias
 
 
-@defop("group_norm", ragged=ROWS)
+@defop("group_norm", ragged=ROWS, amp=FLOAT32)
 def group_norm(x, weight, bias, *, groups, eps):
     y = standardize(x.reshape((x.shape[0], groups, -1)), (2,), eps).reshape(x.shape)
     if weight is not None:
@@ -229,7 +259,7 @@ def dropout(x, key, *, drop_prob):
     return jnp.where(keep, x / (1.0 - drop_prob), jnp.zeros_like(x))
 
 
-@defop("scaled_dot_product_attention")
+@defop("scaled_dot_product_attention", amp=LOW)
 def scaled_dot_product_attention(q, k, v, mask, *, is_causal, scale):
     scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2)) * scale
     if is_causal:
@@ -252,7 +282,26 @@ def _picked(logp, label, axis):
     return jnp.squeeze(jnp.take_along_axis(logp, jnp.expand_dims(label, axis), axis=axis), axis)
 
 
-@defop("cross_entropy", ragged=unless_reduced)
+def _class_loss_check(inputs: Sequence, attrs: dict) -> Found:
+    pred, label = inputs
+    if (found := missing((pred, label), ("pred", "label"))) is not None:
+        return found
+    ps, ls = dims(pred), dims(label)
+    axis = attrs.get("axis", 1)
+    if not -len(ps) <= axis < len(ps):
+        return OpArgumentError, f"axis={axis} is out of range for pred of shape {ps}."
+    want = ps[:axis % len(ps)] + ps[axis % len(ps) + 1:]
+    if ls != want:
+        return OpArgumentError, (
+            f"pred of shape {ps} and label of shape {ls} do not fit: with the classes on axis "
+            f"{axis}, label must have shape {want} (one class index per sample).")
+    if kind(label) not in "iu":
+        return OpTypeError, (f"label is a {np.dtype(label.dtype)} tensor; it must hold integer "
+                             "class indices: convert it with .astype('int32').")
+    return None
+
+
+@defop("cross_entropy", ragged=unless_reduced, amp=FLOAT32, check=_class_loss_check)
 def cross_entropy(pred, label, *, axis, with_logits, label_smooth, reduction):
     logp = jax.nn.log_softmax(pred, axis=axis) if with_logits else jnp.log(pred)
     loss = -_picked(logp, label, axis)
@@ -261,12 +310,12 @@ def cross_entropy(pred, label, *, axis, with_logits, label_smooth, reduction):
     return _reduce(loss, reduction)
 
 
-@defop("nll_loss", ragged=unless_reduced)
+@defop("nll_loss", ragged=unless_reduced, amp=FLOAT32, check=_class_loss_check)
 def nll_loss(logp, label, *, axis, reduction):
     return _reduce(-_picked(logp, label, axis), reduction)
 
 
-@defop("binary_cross_entropy", ragged=unless_reduced)
+@defop("binary_cross_entropy", ragged=unless_reduced, amp=FLOAT32)
 def binary_cross_entropy(pred, label, *, with_logits, reduction):
     if with_logits:
         loss = jnp.maximum(pred, 0) - pred * label + jnp.log1p(jnp.exp(-jnp.abs(pred)))
@@ -275,7 +324,7 @@ def binary_cross_entropy(pred, label, *, with_logits, reduction):
     return _reduce(loss, reduction)
 
 
-defop("mse_loss", ragged=unless_reduced)(
+defop("mse_loss", ragged=unless_reduced, amp=FLOAT32)(
     lambda pred, label, *, reduction: _reduce(jnp.square(pred - label), reduction))
-defop("l1_loss", ragged=unless_reduced)(
+defop("l1_loss", ragged=unless_reduced, amp=FLOAT32)(
     lambda pred, label, *, reduction: _reduce(jnp.abs(pred - label), reduction))

@@ -9,6 +9,7 @@ passes None, the plain reduction.
 import jax
 import jax.numpy as jnp
 
+from ..amp_policy import FLOAT32
 from .ragged_rules import MASKED, NONEMPTY, along
 from .registry import defop
 
@@ -29,7 +30,7 @@ def _fill(x, valid, value):
 
 
 for _name, _fn in {"sum": jnp.sum, "mean": jnp.mean, "prod": jnp.prod}.items():
-    defop(_name, ragged=along())(
+    defop(_name, ragged=along(), amp=FLOAT32)(
         lambda x, valid=None, *, axis, keepdims, _fn=_fn: _fn(x, axis=axis, keepdims=keepdims,
                                                               where=valid))
 
@@ -54,17 +55,17 @@ def all_(x, valid=None, *, axis, keepdims):
     return jnp.all(_fill(x, valid, True), axis=axis, keepdims=keepdims)
 
 
-@defop("var", ragged=along())
+@defop("var", ragged=along(), amp=FLOAT32)
 def var(x, valid=None, *, axis, keepdims, ddof):
     return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof, where=valid)
 
 
-@defop("std", ragged=along())
+@defop("std", ragged=along(), amp=FLOAT32)
 def std(x, valid=None, *, axis, keepdims, ddof):
     return jnp.std(x, axis=axis, keepdims=keepdims, ddof=ddof, where=valid)
 
 
-@defop("logsumexp", ragged=along())
+@defop("logsumexp", ragged=along(), amp=FLOAT32)
 def logsumexp(x, valid=None, *, axis, keepdims):
     if valid is not None:
         valid = jnp.broadcast_to(valid, x.shape)
@@ -99,7 +100,7 @@ def vector_norm(x, ord=2.0, axis=None, keepdims=False, *, valid=None, zero_safe=
 
 
 @defop("norm", ragged=lambda attrs, ndim: along(
-    inside=NONEMPTY if abs(attrs["ord"]) == float("inf") else MASKED)(attrs, ndim))
+    inside=NONEMPTY if abs(attrs["ord"]) == float("inf") else MASKED)(attrs, ndim), amp=FLOAT32)
 def norm(x, valid=None, *, ord, axis, keepdims):
     return vector_norm(x, ord, axis, keepdims, valid=valid)
 

@@ -1,4 +1,9 @@
-"""The op registry: every op is one pure jax function, registered here once.
+"""The op registry: every op is one definition, `defop(...)`, registered here once.
+
+An op's definition carries everything about it: its pure jax function, its autocast rule
+(`amp`), the explanation of bad arguments after a failed call (`check`) and the check a
+functional wrapper runs before the call (`before`), as jax keeps a primitive's rules with the
+primitive. No table elsewhere is keyed by op name, so nothing can drift from the registry.
 
 An `Op` caches, per set of static attributes, the jitted forward and the jitted vjp of that same
 forward (the backward rule). Nothing on the eager hot path traces anew once a cache entry exists.
@@ -16,6 +21,7 @@ from xla_segments import base_compile_options, compile_threads, quick_compile_op
 
 from ..context import current
 from . import persistent
+from .checks import Check, Found
 
 OPS: dict[str, Op] = {}
 
@@ -45,6 +51,16 @@ class Op:
             length). A region with graph breaks runs it in a stretch of its own, so that the
             ops after it compile once per output size rather than once per combination of
             its inputs' sizes, as they do in eager code.
+        amp: its rule inside `eager.amp.autocast` (`eager/core/amp_policy.py`): `LOW` (the
+            matmul class: floating inputs cast to the low precision type), `FLOAT32`
+            (accumulations: low precision inputs cast to float32) or None (as given).
+        check: `(inputs, attrs) -> Found`, the specific explanation of bad arguments that the
+            dispatcher asks for only after the op failed (`Op.explain`), where jax's own reason
+            would confuse.
+        before: `(inputs, attrs) -> Found`, the check a functional wrapper runs before the call
+            (`op_errors.require`), for what jax would take silently (an integer convolution)
+            or refuse only when compiling. Its inputs are those the wrapper passes to
+            `require`, which may be fewer than the op takes (`conv`'s reads no bias).
         quick: a small program that runs cheaply (an elementwise map, an optimizer update):
             compiled with `xla_segments.quick_compile_options()`, which cut
             its compile time without changing its results or its speed.
@@ -52,7 +68,7 @@ class Op:
 
     __slots__ = ("name", "fwd", "differentiable", "nondiff_outputs", "multi_output", "_impl",
                  "_fwd", "_bwd", "donate", "derived", "compiler_options", "ragged",
-                 "ragged_ops", "persist", "resizes", "quick")
+                 "ragged_ops", "persist", "resizes", "quick", "amp", "check", "before")
 
     def __init__(
         self,
@@ -67,6 +83,9 @@ class Op:
         ragged: str | Callable[[dict, int], str | None] | None = None,
         resizes: bool = False,
         quick: bool = False,
+        amp: str | None = None,
+        check: Check | None = None,
+        before: Check | None = None,
     ):
         self.name = name
         self.fwd = fwd
@@ -82,6 +101,9 @@ class Op:
         self.ragged = ragged
         self.resizes = resizes
         self.quick = quick
+        self.amp = amp
+        self.check = check
+        self.before = before
         self.ragged_ops: dict[str, Op] = {}  # its variants on ragged storage (eager/core/ragged.py)
         # what names its programs in the on-disk cache (`persistent.py`); None: not kept there
         self.persist: tuple | None = None
@@ -90,6 +112,14 @@ class Op:
 
     def __repr__(self) -> str:
         return f"Op({self.name})"
+
+    def explain(self, inputs: Sequence, attrs: dict) -> Found:
+        """The problem the op's `check` finds with `inputs` and `attrs`, or None."""
+        return _run_check(self.check, inputs, attrs)
+
+    def check_before(self, inputs: Sequence, attrs: dict) -> Found:
+        """The problem the op's `before` check finds ahead of a call, or None."""
+        return _run_check(self.before, inputs, attrs)
 
     def jitted(self, key: tuple) -> Callable:
         """The jitted forward for the static attributes `key` (a tuple of (name, value)); for
@@ -141,6 +171,17 @@ class Op:
             fn = self._bwd[(key, mask)] = self._jit(make_vjp(self, dict(key), mask), key,
                                                     ("vjp", mask))
         return fn
+
+
+def _run_check(check: Check | None, inputs: Sequence, attrs: dict) -> Found:
+    """What `check` finds, or None: no check, or arguments too odd for it to explain (the
+    generic message then says what is wrong)."""
+    if check is None:
+        return None
+    try:
+        return check(inputs, attrs)
+    except Exception:  # noqa: BLE001  (any failure of the check: nothing specific to say)
+        return None
 
 
 class _Tuned:
@@ -231,7 +272,9 @@ def defop(name: str, *, cls: type[Op] = Op, **options: Any) -> Callable[[Callabl
     of `cls`: a subclass runs the same function differently, as collectives do).
 
     For example, `defop("twice")(lambda x: x * 2)` registers an op that
-    `eager.apply(OPS["twice"], t)` runs on a Tensor `t`, with its gradient from `jax.vjp`.
+    `eager.apply(OPS["twice"], t)` runs on a Tensor `t`, with its gradient from `jax.vjp`;
+    `defop("conv", amp=LOW, check=..., before=...)` also gives it its autocast rule and its
+    argument checks (`Op`'s docstring lists every option).
     """
 
     def register(fwd: Callable) -> Op:

@@ -1,14 +1,36 @@
 """Shape, movement and indexing ops. Shapes, axes and index structure are static attributes."""
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ..errors import OpArgumentError
+from .checks import Found, dims, shape_of
 from .ragged_rules import MASKED, ROWS, along, indexing
 from .registry import defop
 
 _OTHER_AXES = along(inside=None)  # row-independent unless it works along axis 0
 
-defop("reshape")(lambda x, *, shape: jnp.reshape(x, shape))
+
+def _reshape_check(inputs: Sequence, attrs: dict) -> Found:
+    xs, shape = dims(inputs[0]), tuple(attrs.get("shape", ()))
+    n, known = math.prod(xs), math.prod(s for s in shape if s != -1)
+    if sum(s == -1 for s in shape) > 1 or any(s < -1 for s in shape):
+        return OpArgumentError, (f"the shape {shape} may hold one -1 (to infer that axis) and "
+                                 "otherwise sizes >= 0.")
+    if (-1 in shape and (known == 0 or n % known)) or (-1 not in shape and known != n):
+        return OpArgumentError, (
+            f"cannot reshape a tensor of shape {xs} ({n} elements) into {shape} ({known} "
+            "elements); the new shape must hold as many elements (use -1 for one axis to "
+            "infer it).")
+    return None
+
+
+defop("reshape", check=_reshape_check)(lambda x, *, shape: jnp.reshape(x, shape))
 defop("transpose", ragged=lambda attrs, ndim: ROWS if attrs["axes"][0] == 0 else None)(
     lambda x, *, axes: jnp.transpose(x, axes))
 defop("expand_dims", ragged=ROWS)(lambda x, *, axis: jnp.expand_dims(x, axis))
@@ -77,7 +99,31 @@ def getitem(x, *index, spec):
     return x[_build_index(spec, index)]
 
 
-@defop("setitem")
+def _setitem_check(inputs: Sequence, attrs: dict) -> Found:
+    x, value, *index = inputs
+    try:  # the shape of the part assigned to: that of `x[index]`
+        part = getitem.jitted((("spec", attrs["spec"]),))
+        target = jax.eval_shape(part, *(_abstract(a) for a in (x, *index))).shape
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    vs = dims(value)
+    try:
+        if np.broadcast_shapes(vs, target) == target:
+            return None
+    except ValueError:
+        pass
+    return OpArgumentError, (f"cannot assign a value of shape {vs} to a part of shape {target} "
+                             f"of a tensor of shape {shape_of(x)}; the value must broadcast to "
+                             f"{target}.")
+
+
+def _abstract(x: Any) -> Any:
+    if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+        return x  # a Python number or None
+    return jax.ShapeDtypeStruct(tuple(x.shape), np.dtype(x.dtype))
+
+
+@defop("setitem", check=_setitem_check)
 def setitem(x, value, *index, spec):
     return x.at[_build_index(spec, index)].set(jnp.asarray(value, dtype=x.dtype))
 

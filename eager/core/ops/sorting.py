@@ -10,6 +10,7 @@ stable, and `lax.top_k` puts the lower index first.
 import jax.numpy as jnp
 from jax import lax
 
+from ..amp_policy import FLOAT32
 from .ragged_rules import ROWS, along
 from .registry import defop
 
@@ -54,5 +55,7 @@ def topk(x, *, k, descending, kth_only):
     return (values[..., 0], idx[..., 0]) if kth_only else (values, idx)
 
 
-defop("cumsum", ragged=along(inside=None))(lambda x, *, axis: jnp.cumsum(x, axis=axis))
-defop("cumprod", ragged=along(inside=None))(lambda x, *, axis: jnp.cumprod(x, axis=axis))
+defop("cumsum", ragged=along(inside=None), amp=FLOAT32)(
+    lambda x, *, axis: jnp.cumsum(x, axis=axis))
+defop("cumprod", ragged=along(inside=None), amp=FLOAT32)(
+    lambda x, *, axis: jnp.cumprod(x, axis=axis))

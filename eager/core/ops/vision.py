@@ -1,4 +1,5 @@
-"""Image ops beyond nn.py's: 3-d convolution, pixel shuffle and local response normalization.
+"""Image ops beyond nn.py's: pixel shuffle, local response normalization and sliding windows
+(3-d convolution is in conv.py).
 
 Adaptive max pooling and instance normalization need no op of their own: MegEngine's adaptive
 bins are a regular pooling window (`max_pool2d`), and instance normalization is a group
@@ -11,29 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..conv_switch import conv_options, on_switch
+from ..amp_policy import FLOAT32
 from .registry import defop
-
-
-def _conv_options(**_attrs):
-    """XLA's own convolutions on the CPU, as for the 2-d ones (`eager.set_conv_rewrites`)."""
-    return conv_options(jax.default_backend())
-
-
-@defop("conv3d", compiler_options=_conv_options)
-def conv3d(x, weight, bias, *, stride, padding, dilation, groups):
-    """Cross-correlation of NCDHW `x` with an (out, in / groups, kd, kh, kw) weight."""
-    y = lax.conv_general_dilated(
-        x, weight, window_strides=stride, padding=[(p, p) for p in padding],
-        rhs_dilation=dilation, dimension_numbers=("NCDHW", "OIDHW", "NCDHW"),
-        feature_group_count=groups,
-    )
-    return y if bias is None else y + bias.reshape((1, -1, 1, 1, 1))
-
-
-@on_switch
-def _rebuild_convolutions() -> None:
-    conv3d.drop_compiled()
 
 
 @defop("pixel_shuffle")
@@ -47,7 +27,7 @@ def pixel_shuffle(x, *, factor):
     return y.transpose(axes).reshape((*batch, c // (r * r), h * r, w * r))
 
 
-@defop("local_response_norm")
+@defop("local_response_norm", amp=FLOAT32)
 def local_response_norm(x, *, size, k, alpha, beta):
     """x / (k + alpha * s) ** beta, where s sums x ** 2 over the `size` channels centred on each
     one (axis 1; channels past either end count as 0). MegEngine does not divide alpha by
