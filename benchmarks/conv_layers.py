@@ -77,7 +77,7 @@ class Layer:
     dw: bool = True
 
     def out_hw(self) -> tuple[int, ...]:
-        from eager.core.ops.conv_forms import out_size
+        from eager.core.ops.checks import out_size
 
         return out_size(self.x[2:], self.w[2:], self.stride, self.padding, self.dilation)
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import OpTypeError
-from ..core.op_errors import bad_argument, number
+from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply
 from ._args import _float_input, _ints, _t
@@ -68,68 +68,10 @@ def deformable_conv2d(inp: Any, weight: Any, offset: Any, mask: Any, bias: Any =
     attrs = {"stride": _ints("deformable_conv2d", "stride", stride, 2),
              "padding": _ints("deformable_conv2d", "padding", padding, 2),
              "dilation": _ints("deformable_conv2d", "dilation", dilation, 2), "groups": groups}
-    _check_conv(x, weight, attrs)
-    _check_deformation(x, weight, offset, mask, _out_size(x, weight, attrs))
-    if bias is not None:
-        bias = _t(bias)
-        _check_bias(bias, weight.shape[0])
-        bias = _f32(bias)
+    bias = None if bias is None else _t(bias)
+    require("deformable_conv2d", x, weight, offset, mask, bias, **attrs)
     return apply(OPS["deformable_conv2d"], _f32(x), _f32(weight), _f32(offset), _f32(mask),
-                 bias, **attrs)
-
-
-def _check_conv(x: Tensor, weight: Tensor, attrs: dict) -> None:
-    if x.ndim != 4 or weight.ndim != 4:
-        raise bad_argument(f"deformable_conv2d: needs an NCHW (4-d) input and an (O, C / groups, "
-                           f"kh, kw) weight, got shapes {x.shape} and {weight.shape}.")
-    _float_input("deformable_conv2d", x)
-    _float_input("deformable_conv2d", weight, "weight")
-    groups = attrs["groups"]
-    if groups < 1 or weight.shape[0] % groups or x.shape[1] != weight.shape[1] * groups:
-        raise bad_argument(f"deformable_conv2d: the input of shape {x.shape} has {x.shape[1]} "
-                           f"channels; the weight of shape {weight.shape} with groups={groups} "
-                           f"needs {weight.shape[1] * groups} and O divisible by groups.")
-    if min(attrs["stride"] + attrs["dilation"]) < 1 or min(attrs["padding"]) < 0:
-        raise bad_argument(f"deformable_conv2d: stride and dilation must be >= 1 and padding "
-                           f">= 0, got stride={attrs['stride']}, padding={attrs['padding']}, "
-                           f"dilation={attrs['dilation']}.")
-
-
-def _out_size(x: Tensor, weight: Tensor, attrs: dict) -> tuple[int, int]:
-    """(OH, OW) of the convolution; at least 1 each."""
-    size = tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, s, p, d in zip(
-        x.shape[2:], weight.shape[2:], attrs["stride"], attrs["padding"], attrs["dilation"]))
-    if min(size) < 1:
-        raise bad_argument(f"deformable_conv2d: the dilated kernel {weight.shape[2:]} "
-                           f"(dilation={attrs['dilation']}) is larger than the padded input "
-                           f"{x.shape[2:]} (padding={attrs['padding']}): no output position.")
-    return size[0], size[1]
-
-
-def _check_deformation(x: Tensor, weight: Tensor, offset: Tensor, mask: Tensor,
-                       out: tuple[int, int]) -> None:
-    """offset (N, 2 * dg * taps, OH, OW) and mask (N, dg * taps, OH, OW), dg dividing C."""
-    taps = weight.shape[2] * weight.shape[3]
-    n, c = x.shape[:2]
-    dg = mask.shape[1] // taps if mask.ndim == 4 else 0
-    want = ((n, 2 * dg * taps, *out), (n, dg * taps, *out))
-    if (dg < 1 or c % dg or mask.shape[1] % taps or (offset.shape, mask.shape) != want):
-        raise bad_argument(
-            f"deformable_conv2d: offset and mask must have shapes (N, 2 * dg * kh * kw, OH, OW) "
-            f"and (N, dg * kh * kw, OH, OW) for some number dg of deformable groups dividing "
-            f"the {c} input channels; with the input {x.shape} and the weight {weight.shape} "
-            f"that is (N, OH, OW) = {(n, *out)} and kh * kw = {taps}, got {offset.shape} and "
-            f"{mask.shape}.")
-    _real("deformable_conv2d", offset, "offset")
-    _real("deformable_conv2d", mask, "mask")
-
-
-def _check_bias(bias: Tensor, out_channels: int) -> None:
-    if bias.size != out_channels or (bias.ndim != 1 and bias.shape != (1, out_channels, 1, 1)):
-        raise bad_argument(f"deformable_conv2d: bias must have shape (1, {out_channels}, 1, 1) "
-                           f"or ({out_channels},), one value per output channel; got shape "
-                           f"{bias.shape}.")
-    _float_input("deformable_conv2d", bias, "bias")
+                 None if bias is None else _f32(bias), **attrs)
 
 
 def deformable_psroi_pooling(inp: Any, rois: Any, trans: Any, no_trans: bool, part_size: int,

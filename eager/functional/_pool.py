@@ -7,6 +7,7 @@ from typing import Any
 
 from ..core.op_errors import bad_argument, require
 from ..core.ops import OPS
+from ..core.ops.checks import out_size
 from ..core.ops.nn import adaptive_window
 from ..core.tensors import Tensor, apply
 from ._args import _ints, _pair, _t
@@ -105,9 +106,8 @@ def sliding_window_transpose(x: Any, output_size: Any, kernel_size: Any, padding
     x = _t(x)
     attrs = _window_attrs("sliding_window_transpose", kernel_size, padding, stride, dilation)
     size = _ints("sliding_window_transpose", "output_size", output_size, 2)
-    windows = tuple(
-        (n + 2 * p - d * (k - 1) - 1) // s + 1 for n, p, d, k, s in zip(
-            size, attrs["padding"], attrs["dilation"], attrs["kernel"], attrs["stride"]))
+    windows = out_size(size, attrs["kernel"], attrs["stride"], attrs["padding"],
+                       attrs["dilation"])
     want = (*x.shape[:2], *windows, *attrs["kernel"]) if x.ndim == 6 else None
     if x.shape != want:
         raise bad_argument(f"sliding_window_transpose: an output of size {size} has windows of "

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..conv_switch import conv_rewrites
+from .checks import out_size
 
 #: The most input positions (height x width) for which a convolution is a matrix product.
 SMALL_POSITIONS = 16
@@ -57,10 +58,3 @@ def conv_matmul(x: Any, weight: Any, *, stride: tuple, padding: tuple, dilation:
     windows = jnp.stack(taps, axis=2).reshape(n, c * kh * kw, ho, wo)
     y = lax.dot_general(weight.reshape(o, c * kh * kw), windows, (((1,), (1,)), ((), ())))
     return y.transpose(1, 0, 2, 3)
-
-
-def out_size(sizes: tuple, kernel: tuple, stride: tuple, padding: tuple,
-             dilation: tuple) -> tuple[int, ...]:
-    """A convolution's output size along each spatial axis (input `sizes`, `kernel` sizes)."""
-    return tuple((n + 2 * p - d * (k - 1) - 1) // s + 1 for n, k, s, p, d in zip(
-        sizes, kernel, stride, padding, dilation))

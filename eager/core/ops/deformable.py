@@ -9,9 +9,16 @@ Shapes are static, so both ops compile inside regions; sampling is vectorised (g
 channel vectors), with no loop over pixels.
 """
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import OpArgumentError, OpTypeError
+from .checks import Found, dims, float_tensor, numeric, out_size
+from .conv import Wording, conv_check
 from .detection import _roi_rows, _round_half_away
 from .registry import defop
 
@@ -53,7 +60,62 @@ def _sample_zero_padded(img, ys, xs):
             + ly * lx * at(y0 + 1, x0 + 1))
 
 
-@defop("deformable_conv2d")
+_CHANNELS = (OpArgumentError, "the input of shape {xs} has {channels} channels; the weight of "
+                              "shape {ws} with groups={groups} needs {need} and O divisible by "
+                              "groups.")
+_WINDOW = (OpArgumentError, "stride and dilation must be >= 1 and padding >= 0, got "
+                            "stride={stride}, padding={padding}, dilation={dilation}.")
+_RANK = (OpArgumentError, "needs an NCHW (4-d) input and an (O, C / groups, kh, kw) weight, got "
+                          "shapes {xs} and {ws}.")
+_CONV: Wording = {
+    "input_rank": _RANK, "weight_rank": _RANK,
+    "dtype": (OpTypeError, "the {what} has dtype {dtype}; it must be a float tensor: convert it "
+                           "with .astype('float32')."),
+    "groups": _CHANNELS, "channels": _CHANNELS, "window": _WINDOW, "padding": _WINDOW,
+    "empty": (OpArgumentError, "the dilated kernel {kernel} (dilation={dilation}) is larger than "
+                               "the padded input {sizes} (padding={padding}): no output "
+                               "position."),
+}
+
+
+def _conv_before(inputs: Sequence, attrs: dict) -> Found:
+    """The convolution's rules (`conv.conv_check`), then the offsets', the mask's and the
+    bias's shapes (MegEngine's layouts) and kinds."""
+    x, weight, offset, mask, bias = inputs
+    if (found := conv_check(x, weight, None, attrs, _CONV)) is not None:
+        return found
+    if (found := _deformation(x, weight, offset, mask, attrs)) is not None:
+        return found
+    return None if bias is None else _bias(bias, dims(weight)[0])
+
+
+def _deformation(x: Any, weight: Any, offset: Any, mask: Any, attrs: dict) -> Found:
+    """offset (N, 2 * dg * taps, OH, OW) and mask (N, dg * taps, OH, OW), dg dividing C."""
+    xs, ws, os, ms = dims(x), dims(weight), dims(offset), dims(mask)
+    out = out_size(xs[2:], ws[2:], attrs["stride"], attrs["padding"], attrs["dilation"])
+    taps = ws[2] * ws[3]
+    n, c = xs[:2]
+    dg = ms[1] // taps if len(ms) == 4 else 0
+    want = ((n, 2 * dg * taps, *out), (n, dg * taps, *out))
+    if dg < 1 or c % dg or ms[1] % taps or (os, ms) != want:
+        return OpArgumentError, (
+            f"offset and mask must have shapes (N, 2 * dg * kh * kw, OH, OW) and (N, dg * kh * "
+            f"kw, OH, OW) for some number dg of deformable groups dividing the {c} input "
+            f"channels; with the input {xs} and the weight {ws} that is (N, OH, OW) = "
+            f"{(n, *out)} and kh * kw = {taps}, got {os} and {ms}.")
+    return numeric(offset, "offset") or numeric(mask, "mask")
+
+
+def _bias(bias: Any, out_channels: int) -> Found:
+    bs = dims(bias)
+    if math.prod(bs) != out_channels or (len(bs) != 1 and bs != (1, out_channels, 1, 1)):
+        return OpArgumentError, (f"bias must have shape (1, {out_channels}, 1, 1) or "
+                                 f"({out_channels},), one value per output channel; got shape "
+                                 f"{bs}.")
+    return float_tensor(bias, "bias")
+
+
+@defop("deformable_conv2d", before=_conv_before)
 def deformable_conv2d(x, weight, offset, mask, bias, *, stride, padding, dilation, groups):
     """(N, O, OH, OW): NCHW `x` convolved with `weight` (O, C / groups, kh, kw), tap k of output
     position p sampling the input at its place plus `offset` (N, 2 * dg * kh * kw, OH, OW),
