@@ -13,13 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from ..core.op_errors import bad_argument, number
+from ..core.op_errors import number, require
 from ..core.ops import OPS
-from ..core.ops.color import MODES
 from ..core.tensors import Tensor, apply
-from . import _warp_checks as check
-from ._args import _t
-from ._detection import _real, nms, roi_align, roi_pooling
+from . import _vision_args as spelled
+from ._args import _ints, _t
+from ._detection import nms, roi_align, roi_pooling
 from ._resize import interpolate
 
 
@@ -47,25 +46,29 @@ def remap(inp: Any, map_xy: Any, border_mode: str = "replicate", scalar: float =
     [[[[1.5, 1.0]]]]
     """
     fn = "remap"
-    x, xy = check.image(fn, inp), _t(map_xy)
-    if xy.ndim != 4 or xy.shape[0] != x.shape[0] or xy.shape[3] != 2:
-        raise bad_argument(f"{fn}: map_xy must have shape ({x.shape[0]}, OH, OW, 2), an "
-                           f"(x, y) position per output pixel of each of the {x.shape[0]} "
-                           f"images; got shape {xy.shape}.")
-    _real(fn, xy, "map_xy")
-    return apply(OPS["remap"], x, xy.astype(np.float32) if xy.dtype != np.float32 else xy,
-                 border=check.border(fn, border_mode), border_val=number(scalar, "scalar"),
-                 interp=check.choice(fn, "interp_mode", interp_mode, ("linear", "nearest")))
+    x, xy = _t(inp), _t(map_xy)
+    require(fn, x, xy)
+    return apply(OPS["remap"], x, _f32(xy), border=spelled.border(fn, border_mode),
+                 border_val=number(scalar, "scalar"),
+                 interp=spelled.choice(fn, "interp_mode", interp_mode, ("linear", "nearest")))
 
 
-def _warp_attrs(fn: str, x: Tensor, out_shape: Any, border_mode: Any, border_val: Any,
-                format: Any, interp_mode: Any) -> dict[str, Any]:
-    form = check.layout(fn, format)
+def _f32(t: Tensor) -> Tensor:
+    return t if t.dtype == np.float32 else t.astype(np.float32)
+
+
+def _warp_attrs(fn: str, out_shape: Any, border_mode: Any, border_val: Any,
+                format: Any) -> dict[str, Any]:
+    """A warp's attributes but its interpolation, which depends on the image (`_interp`)."""
+    return {"out_shape": spelled.out_size(fn, out_shape), "format": spelled.layout(fn, format),
+            "border": spelled.border(fn, border_mode),
+            "border_val": number(border_val, "border_val")}
+
+
+def _interp(fn: str, x: Tensor, interp_mode: Any, form: str) -> str:
+    """The interpolation, once the op's check has found `x` a 4-d image of layout `form`."""
     channels = x.shape[3] if form == "NHWC" else x.shape[1]
-    return {"out_shape": check.out_size(fn, out_shape), "format": form,
-            "border": check.border(fn, border_mode),
-            "border_val": number(border_val, "border_val"),
-            "interp": check.interpolation(fn, interp_mode, form, channels)}
+    return spelled.interpolation(fn, interp_mode, form, channels)
 
 
 def warp_affine(inp: Any, mat: Any, out_shape: Any, border_mode: str = "replicate",
@@ -99,10 +102,11 @@ def warp_affine(inp: Any, mat: Any, out_shape: Any, border_mode: str = "replicat
     [0.5, 2.5]
     """
     fn = "warp_affine"
-    x = check.image(fn, inp, layout="NHWC or NCHW")
-    attrs = _warp_attrs(fn, x, out_shape, border_mode, border_val, format, interp_mode)
-    return apply(OPS["warp_affine"], x, check.matrices(fn, mat, 2, x.shape[0], "image"),
-                 **attrs)
+    x, m = _t(inp), _t(mat)
+    attrs = _warp_attrs(fn, out_shape, border_mode, border_val, format)
+    require(fn, x, m, **attrs)
+    attrs["interp"] = _interp(fn, x, interp_mode, attrs["format"])
+    return apply(OPS["warp_affine"], x, _f32(m), **attrs)
 
 
 def warp_perspective(inp: Any, mat: Any, out_shape: Any, mat_idx: Any = None,
@@ -140,15 +144,14 @@ def warp_perspective(inp: Any, mat: Any, out_shape: Any, mat_idx: Any = None,
     [[[[4.0, 5.0], [7.0, 8.0]]]]
     """
     fn = "warp_perspective"
-    x = check.image(fn, inp, layout="NCHW or NHWC")
-    if x.dtype != np.float32:
-        x = x.astype(np.float32)
-    attrs = _warp_attrs(fn, x, out_shape, border_mode, border_val, format, interp_mode)
-    index = None if mat_idx is None else check.image_indices(fn, mat_idx, x.shape[0])
-    count = x.shape[0] if index is None else index.shape[0]
-    return apply(OPS["warp_perspective"], x,
-                 check.matrices(fn, mat, 3, count, "image" if index is None else "entry of "
-                                "mat_idx"), index, **attrs)
+    x, m = _t(inp), _t(mat)
+    attrs = _warp_attrs(fn, out_shape, border_mode, border_val, format)
+    index = None if mat_idx is None else spelled.image_indices(fn, mat_idx)
+    require(fn, x, m, index, **attrs)
+    if index is not None:
+        index = spelled.in_batch(fn, index, x.shape[0])
+    attrs["interp"] = _interp(fn, x, interp_mode, attrs["format"])
+    return apply(OPS["warp_perspective"], _f32(x), _f32(m), index, **attrs)
 
 
 def cvt_color(inp: Any, mode: str = "") -> Tensor:
@@ -173,14 +176,9 @@ def cvt_color(inp: Any, mode: str = "") -> Tensor:
     >>> [round(v, 3) for v in F.vision.cvt_color(rgb, "RGB2GRAY").numpy().ravel().tolist()]
     [0.299, 0.114]
     """
-    name = check.color_mode(mode)
-    x = check.image("cvt_color", inp, layout="NHWC")
-    channels = MODES[name][0]
-    if x.shape[3] != channels:
-        raise bad_argument(f"cvt_color: mode {name!r} reads NHWC images of {channels} "
-                           f"channel{'s' * (channels > 1)}; got shape {x.shape}.")
+    name, x = spelled.color_mode(mode), _t(inp)
+    require("cvt_color", x, mode=name)
     return apply(OPS["cvt_color"], x, mode=name)
-
 
 
 def correlation(data1: Any, data2: Any, kernel_size: int = 1, max_displacement: int = 1,
@@ -215,12 +213,11 @@ def correlation(data1: Any, data2: Any, kernel_size: int = 1, max_displacement: 
     [0.0, 4.0, 8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0]
     """
     fn = "correlation"
-    a, b = check.image(fn, data1, "data1"), check.image(fn, data2, "data2")
-    if a.shape != b.shape:
-        raise bad_argument(f"{fn}: data1 and data2 must have one shape, got {a.shape} and "
-                           f"{b.shape}.")
-    attrs = check.correlation_attrs(a, kernel_size, max_displacement, stride1, stride2,
-                                    pad_size)
+    a, b = _t(data1), _t(data2)
+    attrs = {k: _ints(fn, k, v, 1)[0] for k, v in (
+        ("kernel_size", kernel_size), ("max_displacement", max_displacement),
+        ("stride1", stride1), ("stride2", stride2), ("pad_size", pad_size))}
+    require(fn, a, b, **attrs)
     return apply(OPS["correlation"], a, b, multiply=bool(is_multiply), **attrs)
 
 

@@ -6,9 +6,13 @@ G = Y - 0.395 (U - 0.5) - 0.581 (V - 0.5), B = Y + 2.032 (U - 0.5). Sums are tak
 MegEngine's order, so the float32 results agree with its to the bit (G of YUV2RGB: nearly).
 """
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import OpArgumentError
+from .checks import Found, dims, image
 from .registry import defop
 
 _F32 = np.float32
@@ -32,7 +36,20 @@ def _from_yuv(y, u, v):
     return y + v * _F32(1.140), y - (u * _F32(0.395) + v * _F32(0.581)), y + u * _F32(2.032)
 
 
-@defop("cvt_color")
+def _before(inputs: Sequence, attrs: dict) -> Found:
+    """An NHWC float image of the channels `mode` reads (`mode` is one of MODES: the
+    wrapper's spelling rule picks it)."""
+    (x,), mode = inputs, attrs["mode"]
+    if (found := image(x, layout="NHWC")) is not None:
+        return found
+    channels = MODES[mode][0]
+    if dims(x)[3] != channels:
+        return OpArgumentError, (f"mode {mode!r} reads NHWC images of {channels} "
+                                 f"channel{'s' * (channels > 1)}; got shape {dims(x)}.")
+    return None
+
+
+@defop("cvt_color", before=_before)
 def cvt_color(x, *, mode):
     """(N, H, W, C) -> (N, H, W, C') by `mode` (a key of MODES), in x's float dtype."""
     ch = [x[..., i].astype(jnp.float32) for i in range(x.shape[-1])]

@@ -11,11 +11,17 @@ and the channels of a * b, or of |a - b|. The output size is static, so the op c
 regions.
 """
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..errors import OpArgumentError
+from .checks import Found, dims, image
 from .registry import defop
+
+_INTS = ("kernel_size", "max_displacement", "stride1", "stride2", "pad_size")
 
 
 def correlation_shape(shape, *, kernel_size, max_displacement, stride1, stride2, pad_size):
@@ -27,7 +33,33 @@ def correlation_shape(shape, *, kernel_size, max_displacement, stride1, stride2,
     return (n, grid * grid, *out)
 
 
-@defop("correlation")
+def _before(inputs: Sequence, attrs: dict) -> Found:
+    """Two NCHW float maps of one shape, and integer attributes with an output of at least one
+    pixel."""
+    a, b = inputs
+    if (found := image(a, "data1") or image(b, "data2")) is not None:
+        return found
+    if dims(a) != dims(b):
+        return OpArgumentError, (f"data1 and data2 must have one shape, got {dims(a)} and "
+                                 f"{dims(b)}.")
+    ints = {k: attrs[k] for k in _INTS}
+    if ints["kernel_size"] < 1 or ints["kernel_size"] % 2 == 0:
+        return OpArgumentError, ("kernel_size must be a positive odd int (the patch is centred "
+                                 f"on a pixel), got {ints['kernel_size']}.")
+    if min(ints["stride1"], ints["stride2"]) < 1 \
+            or min(ints["max_displacement"], ints["pad_size"]) < 0:
+        return OpArgumentError, ("stride1 and stride2 must be >= 1, max_displacement and "
+                                 f"pad_size >= 0; got {ints}.")
+    if min(correlation_shape(dims(a), **ints)[2:]) < 1:
+        return OpArgumentError, (
+            f"inputs of shape {dims(a)} give no output with these attributes: the "
+            f"{ints['max_displacement']} + {ints['kernel_size'] // 2} pixels of border on each "
+            f"side (max_displacement + kernel_size // 2) leave nothing of the image padded by "
+            f"pad_size={ints['pad_size']}. Raise pad_size or lower max_displacement.")
+    return None
+
+
+@defop("correlation", before=_before)
 def correlation(a, b, *, kernel_size, max_displacement, stride1, stride2, pad_size, multiply):
     """(N, D, OH, OW), computed in float32 and returned in a's dtype. One displacement at a
     time (`lax.map`): FlowNetC compares 441 of them over 256 channels."""

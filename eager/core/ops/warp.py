@@ -16,10 +16,14 @@ A neighbour past the edge is read by the border rule (`border_index`); with "con
 regions; gradients are `jax.vjp`'s, to the image and (exact sampler) to the positions.
 """
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..errors import OpArgumentError
+from .checks import Check, Found, dims, image, numeric
 from .registry import defop
 
 _F32 = np.float32
@@ -232,7 +236,41 @@ def _row(mat, i, gx, gy):
     return m[:, 0] * gx + m[:, 1] * gy + m[:, 2]
 
 
-@defop("remap")
+# ----- argument checks (run before the call: `F.vision`'s wrappers) -------------------------------
+def _remap_before(inputs: Sequence, attrs: dict) -> Found:
+    x, xy = inputs
+    if (found := image(x)) is not None:
+        return found
+    xs, ys = dims(x), dims(xy)
+    if len(ys) != 4 or ys[0] != xs[0] or ys[3] != 2:
+        return OpArgumentError, (f"map_xy must have shape ({xs[0]}, OH, OW, 2), an (x, y) "
+                                 f"position per output pixel of each of the {xs[0]} images; got "
+                                 f"shape {ys}.")
+    return numeric(xy, "map_xy")
+
+
+def _warp_before(rows: int, layout: str) -> Check:
+    """The check of a warp by (K, `rows`, 3) matrices of an image laid out as `layout` says:
+    inputs (image, matrices) or (image, matrices, image indices or None)."""
+    def before(inputs: Sequence, attrs: dict) -> Found:
+        x, mat, *index = inputs
+        if (found := image(x, layout=layout)) is not None:
+            return found
+        oh, ow = attrs["out_shape"]
+        if min(oh, ow) < 1:
+            return OpArgumentError, f"out_shape must be (height, width) >= 1, got {(oh, ow)}."
+        per_image = not index or index[0] is None
+        count = dims(x)[0] if per_image else dims(index[0])[0]
+        ms, of = dims(mat), "image" if per_image else "entry of mat_idx"
+        if len(ms) != 3 or ms[1:] != (rows, 3) or ms[0] != count:
+            return OpArgumentError, (f"mat must have shape ({count}, {rows}, 3), one {rows} x 3 "
+                                     f"matrix per {of}; got shape {ms}.")
+        return numeric(mat, "mat")
+
+    return before
+
+
+@defop("remap", before=_remap_before)
 def remap(x, map_xy, *, border, border_val, interp):
     """NCHW `x` at the positions `map_xy` (N, OH, OW, 2), (x, y) in input pixels, through the
     exact sampler: (N, C, OH, OW) in x's dtype."""
@@ -243,7 +281,7 @@ def remap(x, map_xy, *, border, border_val, interp):
     return _layout(out, "NCHW").astype(x.dtype)
 
 
-@defop("warp_perspective")
+@defop("warp_perspective", before=_warp_before(3, "NCHW or NHWC"))
 def warp_perspective(x, mat, mat_idx, *, out_shape, format, border, border_val, interp):
     """Output pixel (x, y) of image k reads image mat_idx[k] (k without `mat_idx`) at
     ((m0 x + m1 y + m2) / (m6 x + m7 y + m8), (m3 x + m4 y + m5) / (same)), m = mat[k]
@@ -266,7 +304,7 @@ def warp_perspective(x, mat, mat_idx, *, out_shape, format, border, border_val, 
     return _layout(out, format).astype(x.dtype)
 
 
-@defop("warp_affine")
+@defop("warp_affine", before=_warp_before(2, "NHWC or NCHW"))
 def warp_affine(x, mat, *, out_shape, format, border, border_val, interp):
     """Output pixel (x, y) of image k reads it at (m0 x + m1 y + m2, m3 x + m4 y + m5),
     m = mat[k] (2, 3) flattened. The fixed-point sampler takes the position in 1/1024 pixel
