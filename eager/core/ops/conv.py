@@ -23,6 +23,7 @@ from ..conv_switch import conv_options, on_switch
 from ..errors import OpArgumentError, OpTypeError
 from . import conv_forms
 from .checks import Found, dims, float_only, kind, missing, out_size, shape_of
+from .nn import channel
 from .registry import defop
 
 #: fault -> (error class, text with `str.format` fields from `_facts`)
@@ -167,11 +168,6 @@ def _conv_options(**_attrs: Any) -> dict | None:
     return conv_options(jax.default_backend())
 
 
-def _channel(v: Any, ndim: int) -> Any:
-    """A per-channel vector shaped to broadcast over axis 1 of an N-d activation."""
-    return v.reshape((1, -1) + (1,) * (ndim - 2))
-
-
 def _conv_before(inputs: Sequence, attrs: dict) -> Found:
     """Cheap where the arguments are fine (the common case); the rest is explained only if the
     call fails."""
@@ -203,7 +199,7 @@ def conv(x, weight, bias, *, stride, padding, dilation, groups):
             rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim],
             feature_group_count=groups,
         )
-    return y if bias is None else y + _channel(bias, y.ndim)
+    return y if bias is None else y + channel(bias, y.ndim)
 
 
 def _transpose_explain(inputs: Sequence, attrs: dict) -> Found:
@@ -233,7 +229,7 @@ def conv_transpose(x, weight, bias, *, stride, padding, output_padding, dilation
         x, w, window_strides=(1,) * len(k), padding=pads, lhs_dilation=stride,
         rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[x.ndim], feature_group_count=groups,
     )
-    return y if bias is None else y + _channel(bias, y.ndim)
+    return y if bias is None else y + channel(bias, y.ndim)
 
 
 def _conv3d_before(inputs: Sequence, attrs: dict) -> Found:
@@ -246,10 +242,9 @@ def conv3d(x, weight, bias, *, stride, padding, dilation, groups):
     """Cross-correlation of NCDHW `x` with an (out, in / groups, kd, kh, kw) weight."""
     y = lax.conv_general_dilated(
         x, weight, window_strides=stride, padding=[(p, p) for p in padding],
-        rhs_dilation=dilation, dimension_numbers=("NCDHW", "OIDHW", "NCDHW"),
-        feature_group_count=groups,
+        rhs_dilation=dilation, dimension_numbers=_CONV_DIMS[5], feature_group_count=groups,
     )
-    return y if bias is None else y + bias.reshape((1, -1, 1, 1, 1))
+    return y if bias is None else y + channel(bias, y.ndim)
 
 
 @on_switch

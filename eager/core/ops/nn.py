@@ -89,7 +89,7 @@ def linear(x, weight, bias):
     return y if bias is None else y + bias
 
 
-def _channel(v, ndim):
+def channel(v, ndim):
     """A per-channel vector shaped to broadcast over axis 1 of an N-d activation."""
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
@@ -208,7 +208,7 @@ def batch_norm_train(x, weight, bias, *, eps):
 @defop("batch_norm_eval", amp=FLOAT32)
 def batch_norm_eval(x, running_mean, running_var, weight, bias, *, eps):
     wide = _normalize_dtype(x, weight, running_mean)
-    mean, var = _channel(running_mean, x.ndim), _channel(running_var, x.ndim)
+    mean, var = channel(running_mean, x.ndim), channel(running_var, x.ndim)
     y = _scale_shift(x.astype(wide) - mean, lax.rsqrt(var + eps), weight, bias)
     return y.astype(x.dtype)
 
@@ -223,9 +223,9 @@ def _scale_shift(centered, inv_std, weight, bias):
     """centered * (inv_std * weight) + bias, with the weight folded into the per-channel scale:
     the backward then keeps no full-size normalized copy of the input (a whole ResNet step
     needed 1.31x the memory of jax.grad's without the fold, 1.00x with it)."""
-    scale = inv_std if weight is None else inv_std * _channel(weight, centered.ndim)
+    scale = inv_std if weight is None else inv_std * channel(weight, centered.ndim)
     y = centered * scale
-    return y if bias is None else y + _channel(bias, y.ndim)
+    return y if bias is None else y + channel(bias, y.ndim)
 
 
 @defop("running_stats_update", differentiable=False, multi_output=True, quick=True)
@@ -249,8 +249,8 @@ def layer_norm(x, weight, bias, *, n_axes, eps):
 def group_norm(x, weight, bias, *, groups, eps):
     y = standardize(x.reshape((x.shape[0], groups, -1)), (2,), eps).reshape(x.shape)
     if weight is not None:
-        y = y * _channel(weight, y.ndim)
-    return y if bias is None else y + _channel(bias, y.ndim)
+        y = y * channel(weight, y.ndim)
+    return y if bias is None else y + channel(bias, y.ndim)
 
 
 @defop("dropout")
