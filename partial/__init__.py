@@ -10,11 +10,11 @@ of the compiled code, and a value read inside it raises `TraceError` naming the 
 
 A region with graph breaks (an `exclude_from_trace()` block, or a value read under
 `graph_breaks=True`) instead re-runs its Python on every call, recording ops lazily and running
-each stretch between breaks as a cached compiled segment (`lazy.py`, `breaks.py`); its first
-call is captured up to the first break and finished lazily (`handover.py`).
+each stretch between breaks as a cached compiled segment (`lazy/`); its first
+call is captured up to the first break and finished lazily (`lazy/handover.py`).
 
 `fn.dump(path)` writes a region's inference forward as serialized StableHLO that `load(path)`
-runs in a process without the code that defined it (`export.py`, `export_format.py`).
+runs in a process without the code that defined it (`export/`).
 
 Compiled code is kept on disk for later processes, by default in a private per-user directory:
 `set_cache_dir` (or `PARTIAL_CACHE_DIR`) moves it or turns it off, `python -m partial.cache`
@@ -24,7 +24,6 @@ shows and clears it.
 which file to open for a change.
 """
 
-from .entry_cache import CacheInfo
 from .errors import (
     CacheDirError,
     ExportError,
@@ -38,13 +37,14 @@ from .errors import (
     UnsupportedOutputError,
     ValueReadError,
 )
-from .export_format import Loaded, load
+from .export import Loaded, load
 from .function import TracedFunction
 from .megengine_alias import MegEngineAliasError, alias_megengine, unalias_megengine
 from .module import TracedModule
 from .partial_tracing import partial_trace
 from .persistent_cache import resolve_at_import as _resolve_cache_dir
 from .persistent_cache import set_cache_dir, set_cache_max_size
+from .region import CacheInfo
 from .tracing import exclude_from_trace, trace
 from .xla_backend import xla_trace
 

@@ -1,10 +1,11 @@
 """`TracedFunction`: what `partial_trace` and `xla_trace` return for a function.
 
-Calls go to the runner of the function's cache, one per mode: `whole.WholeRegion` (one compiled
-entry per guard key) until the region is found to break, then `breaks.Breaks` (the region's
-Python on every call, stretches between breaks compiled). `cache_clear()` starts over whole.
+Calls go to the runner of the function's cache, one per mode: `compiled.WholeRegion` (one
+compiled entry per guard key) until the region is found to break, then `lazy.Breaks` (the
+region's Python on every call, stretches between breaks compiled), which the lazy engine's
+`Handover`, given to the whole runner here, starts. `cache_clear()` starts over whole.
 
-Wrappers of the same code with the same settings share one cache (`cache.shared_cache`), so
+Wrappers of the same code with the same settings share one cache (`region.shared_cache`), so
 `partial_trace(f)(x)` written inline in a loop compiles once; the key holds what tells two such
 functions apart (closure variables, defaults, a bound method's object), so a lambda over another
 model gets its own entry. Calls of one cache run one at a time (its lock), so threads calling one
@@ -24,14 +25,11 @@ import jax
 import eager as eg
 from xla_segments import Segment
 
-from .entry import Entry
-from .entry_cache import CacheInfo, shared_cache
+from .compiled import CompiledCallbacks, EntryInfo, WholeRegion, entry_info
 from .export import dump_region, export_region
-from .gmcallback import CompiledCallbacks
-from .introspection import EntryInfo, entry_info
-from .key import function_token
+from .lazy import Handover
+from .region import CacheInfo, function_token, shared_cache
 from .settings import Settings
-from .whole import WholeRegion
 
 hooks = eg.hooks
 # How `trace_gmcallback` compiles the callbacks: as a step, without donation (the gradients
@@ -55,7 +53,9 @@ class TracedFunction:
         finisher = None
         if self._settings.trace_gmcallback:
             finisher = CompiledCallbacks(self._name(), lambda f: TracedFunction(f, _STEP))
-        return WholeRegion(self._name(), self._settings, self._cache, finisher)
+        name = self._name()
+        return WholeRegion(name, self._settings, self._cache,
+                           Handover(name, self._settings, self._cache), finisher)
 
     def __repr__(self) -> str:
         return f"<{self._settings.kind} {getattr(self._fn, '__qualname__', self._fn)!r}>"
@@ -78,7 +78,7 @@ class TracedFunction:
         analyses, the bytes kept from forward to backward and its compile time (see
         `EntryInfo`). A region with breaks caches pieces instead: see `explain()`."""
         with self._cache.lock:
-            return [entry_info(e, self._fn) for e in self._cache.lru if isinstance(e, Entry)]
+            return [entry_info(e, self._fn) for e in self._cache.entries()]
 
     def segments(self) -> list[Segment]:
         """The compiled segments of the cached entries and pieces, least recently used first

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from xla_segments import Segment
 
-    from .entry_cache import CacheInfo
-    from .introspection import EntryInfo
+    from .compiled import EntryInfo
+    from .region import CacheInfo
 
 _OWN = ("_module", "_traced")
 

@@ -16,7 +16,7 @@ defined in jax or in this project (their code is in the key) and whatever it clo
 plain value or an array (put in the key). Anything else, a per-rank region, or a process with
 more than one device, compiles as it does with the cache off.
 
-A region with graph breaks runs lazily recorded stretches of ops (`partial`'s `lazy.py`), each
+A region with graph breaks runs lazily recorded stretches of ops (`partial/lazy/`), each
 a segment whose function replays the records: such a stretch is described by its records (each op's
 name, static attributes and where its inputs come from), under the same rule for the functions
 behind each op and in its attributes.

@@ -325,9 +325,9 @@ def test_a_frozen_batchnorm_is_handed_over_and_later_calls_reuse_its_stretch(cap
 def test_a_capture_that_cannot_be_handed_over_runs_the_call_again_lazily(monkeypatch, caplog):
     """The fallback for a log the handover cannot describe: the call starts again with graph
     breaks, says that its Python before the break ran twice, and matches eager."""
-    import partial.whole as whole
+    from partial.lazy import Handover
 
-    monkeypatch.setattr(whole, "hand_over", lambda cap, start: "an undescribable op")
+    monkeypatch.setattr(Handover, "__call__", lambda self, cap, what, where: "an undescribable op")
 
     def build(wrap):
         net = M.Sequential(M.Linear(8, 16), M.BatchNorm1d(16), M.ReLU(), M.Linear(16, 4))

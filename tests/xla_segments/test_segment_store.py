@@ -16,7 +16,7 @@ import partial
 import xla_segments
 from eager.autodiff import GradManager
 from eager.core.ops import lean_grads
-from partial import entry as partial_entry
+from partial.compiled import entry as partial_entry
 from xla_segments import CompileOptions, Segment, segment_store
 from xla_segments.segment_store import SegmentStore, describe
 
@@ -254,9 +254,9 @@ def test_a_region_with_a_users_gradient_rule_is_not_stored(cache_dir, monkeypatc
 
 
 def test_a_stretch_is_kept_by_its_records_unless_an_op_is_user_code(cache_dir):
-    """A lazily recorded stretch (`lazy.py`) is described by its records: the ops' names,
-    attributes (`...` and slices included) and inputs; an op whose function is the user's,
-    or two ops of one name, keep it out."""
+    """A lazily recorded stretch (`partial/lazy/stretch.py`) is described by its records: the
+    ops' names, attributes (`...` and slices included) and inputs; an op whose function is the
+    user's, or two ops of one name, keep it out."""
     getitem = eg.OPS["getitem"]
     spec = (("spec", (Ellipsis, ("slice", None, 2, None))),)
     records = [(getitem, spec, ((1, 0),), False)]

@@ -1,5 +1,5 @@
 """What a captured region returned and changed, as program results, output leaves and effects
-(typed objects, `sources.py`): the end of a capture (`Capture.finish`)."""
+(typed objects, `region/sources.py`): the end of a capture (`Capture.finish`)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,21 @@ import numpy as np
 import eager as eg
 import eager.module as M
 
-from .capture_state import CaptureState
-from .errors import UnsupportedOutputError
-from .key import STATIC_TYPES
-from .messages import ragged_output_error
-from .sources import Argument, Constant, GradOf, GradSlot, Held, Rebind, Result, SetAttr, SetGrad
+from ..errors import UnsupportedOutputError
+from ..messages import ragged_output_error
+from ..region import (
+    STATIC_TYPES,
+    Argument,
+    Constant,
+    GradOf,
+    GradSlot,
+    Held,
+    Rebind,
+    Result,
+    SetAttr,
+    SetGrad,
+)
+from .state import CaptureState
 
 hooks = eg.hooks
 _data = hooks.data

@@ -12,7 +12,7 @@ from typing import Any
 import eager as eg
 from eager.hooks import describe_location, user_location
 
-from .errors import InvalidTensorError
+from ..errors import InvalidTensorError
 
 hooks = eg.hooks
 

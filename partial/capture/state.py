@@ -1,9 +1,10 @@
 """`CaptureState`: the state of a `Capture` that its parts share, declared once.
 
-`Capture` (`capture.py`) is the eager hooks of one capture; its op log (`OpLog`, `op_log.py`)
+`Capture` (`hooks.py`) is the eager hooks of one capture; its op log (`OpLog`, `op_log.py`)
 and the classification of its outputs (`Outputs`, `outputs.py`) are parts of it written apart.
 Each part reads state that `Capture.__init__` sets and the hooks fill in; this base class says
-what each of those attributes is, for readers and for mypy.
+what each of those attributes is, for readers and for mypy (the op log's own, which only it
+and `Capture` read, are declared on `OpLog`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .replay import Backward
-    from .rollback import Snapshots
-    from .sources import GradSlot, Lifted
+    from ..region import GradSlot, Lifted, Snapshots
 
 
 class CaptureState:
@@ -25,12 +24,6 @@ class CaptureState:
     differentiable: bool  # partial_trace: the capture records gradients privately
     on_break: Callable | None  # (capture, what, where) -> lazy hooks, or why it cannot
     outer_tape: tuple[int, int]  # the recording state outside the region
-    # ----- the op log (op_log.py), for handing over at a break
-    log: list  # every op call, backward, recording switch and `.grad` write
-    logged_outputs: set[int]  # ids of the arrays logged ops produced
-    unresumable: str  # why the log cannot be handed over, once it cannot
-    in_backward: Backward | None  # the log's mark of the GradManager.backward running now
-    made_constants: dict[int, tuple]  # id(tracer) -> (make, tracer): handover
     marked_ids: set[int]  # ids of the inputs made differentiable leaves (partial_trace)
     # ----- the tensors the region touched, classified as it runs
     arg_index: dict[int, int]  # id(tensor) -> argument position

@@ -21,7 +21,7 @@ from typing import Any
 
 import eager as eg
 
-from .errors import TraceError
+from ..errors import TraceError
 
 hooks = eg.hooks
 Chains = tuple  # per gradient: the tuple of callbacks to apply, in order

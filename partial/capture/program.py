@@ -16,9 +16,7 @@ import eager.distributed as dist
 import eager.module as M
 from xla_segments import PerRank, abstract
 
-from .guards import ArgumentStateGuard
-from .key import Call
-from .sources import Lifted
+from ..region import ArgumentStateGuard, Call, Lifted
 
 hooks = eg.hooks
 _Module = M.Module

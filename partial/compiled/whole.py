@@ -4,37 +4,46 @@ A call flattens its arguments into a guard key, finds the cached entry for that 
 guards still hold, and runs it; otherwise it captures the function anew (running its Python
 once, so Python side effects such as `print` happen only then), compiles it and caches it. Past
 `recompile_limit` captures a warning says what changed. A capture that meets a break hands the
-call over to the lazy engine and makes `breaks.Breaks` the function's runner from then on.
+call over to the lazy engine through `lazy`, given at construction (`LazyStart`: the lazy
+engine's `Handover`), which makes its `Breaks` the function's runner from then on.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import eager as eg
 from eager.hooks import describe_location, short_path
 
-from .breaks import Breaks
-from .capture import capture
+from ..capture import BreakFound, HandedOver, capture
+from ..messages import warn_recompile
+from ..region import Cache, CacheInfo, Call, describe_change, flatten_call
+from ..settings import Settings
 from .entry import MISS, Entry, refuse_outer_gradients
-from .entry_cache import Cache, CacheInfo
-from .handover import BreakFound, HandedOver, hand_over
-from .key import Call, describe_change, flatten_call
-from .messages import break_without_host, warn_recompile
-from .settings import Settings
 
 logger = logging.getLogger("partial")
 hooks = eg.hooks
 
 
+class LazyStart(Protocol):
+    """What a region that breaks is handed to (the lazy engine's `Handover`)."""
+
+    def __call__(self, cap: Any, what: str, where: Any) -> Any:
+        """At a capture's first break: the lazy hooks that finish the call, or why none can."""
+
+    def start(self, first: str) -> Any:
+        """Make the region run with breaks from now on; return its new runner."""
+
+
 class WholeRegion:
     """Runs calls of the function(s) sharing `cache` as whole compiled regions."""
 
-    def __init__(self, name: str, settings: Settings, cache: Cache,
+    def __init__(self, name: str, settings: Settings, cache: Cache[Entry], lazy: LazyStart,
                  finisher: Callable | None = None):
         self.name, self.settings, self.cache = name, settings, cache
+        self.lazy = lazy  # how the region comes to run with breaks, if it breaks
         self.finisher = finisher  # runs GradManager callbacks compiled (trace_gmcallback)
 
     def call(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
@@ -67,7 +76,7 @@ class WholeRegion:
             program = capture(fn, *call.arguments(args, kwargs), call, kind=s.kind,
                               differentiable=s.differentiable,
                               capture_as_const=s.capture_as_const,
-                              graph_breaks=s.graph_breaks, on_break=self._hand_over)
+                              graph_breaks=s.graph_breaks, on_break=self.lazy)
         except HandedOver as done:  # it broke; the lazy engine finished the call
             cache.runner.last = done.report
             return done.out
@@ -82,7 +91,7 @@ class WholeRegion:
         if program is None:
             # Outside the handler, so that an error of this call is not shown as raised while
             # handling BreakFound, and the failed capture's frames are not kept while it runs.
-            return self._switch_to_breaks(first).call(fn, args, kwargs)
+            return self.lazy.start(first).call(fn, args, kwargs)
         entry = Entry(call.key, program, call, self.name, differentiable=s.differentiable,
                       donate=s.donate, deaths=cache.deaths, finisher=self.finisher,
                       remat=s.remat)
@@ -98,20 +107,6 @@ class WholeRegion:
             raise RuntimeError(f"{s.kind}: a freshly compiled entry refused its own call")
         return out
 
-    def _hand_over(self, cap: Any, what: str, where: Any) -> Any:
-        """At the first break of a capture: the lazy hooks that finish the call (the region
-        runs with breaks from now on), or why the capture cannot be handed over."""
-        if self.settings.without_host:
-            raise break_without_host(self.settings.kind, what, where)
-        first = f"first found: {what} at {describe_location(where)}"
-        return hand_over(cap, lambda: self._switch_to_breaks(first))
-
-    def _switch_to_breaks(self, first: str) -> Breaks:
-        breaks = self.cache.runner = Breaks(self.name, self.settings, self.cache, first)
-        logger.info("%s: `%s` breaks (%s): it runs its Python on every call, compiling the "
-                    "stretches between breaks", self.settings.kind, self.name, first)
-        return breaks
-
     def _why(self, fn: Callable, call: Call, args: tuple, kwargs: dict,
              reasons: list[str]) -> str:
         """Why a capture happens now, in words: what differs from the cached entries."""
@@ -119,7 +114,7 @@ class WholeRegion:
             return "the first call"
         if reasons:
             return "; ".join(dict.fromkeys(reasons))
-        closest = _closest([e.key for e in self.cache.lru if isinstance(e, Entry)], call.key)
+        closest = _closest([e.key for e in self.cache.entries()], call.key)
         return describe_change(fn, closest, call.key, args, kwargs) if closest else \
             "no compiled entry was cached (cache_clear() or cache_size)"
 

@@ -12,11 +12,26 @@ import threading
 import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from .entry import Entry
 from .guards import Same
 from .key import Call
+
+
+class Cached(Protocol):
+    """What the cache needs of an entry (a `compiled.Entry`, made above this layer)."""
+
+    key: tuple
+
+    @property
+    def seconds(self) -> float:
+        """Time spent capturing and compiling it."""
+
+    def check(self, call: Call) -> str | None:
+        """None if the entry serves `call`, else why not."""
+
+
+Entry = TypeVar("Entry", bound=Cached)
 
 
 @dataclass(frozen=True)
@@ -53,7 +68,7 @@ _HISTORY = 32  # captures whose reason explain() keeps
 _PIECE = "piece"  # heads the key of a piece (a guard key never starts with a string)
 
 
-class Cache:
+class Cache(Generic[Entry]):
     """Entries by guard key; several entries may share a key (e.g. train and eval mode)."""
 
     def __init__(self, maxsize: int):
@@ -72,7 +87,7 @@ class Cache:
         # Held for a whole call: calls of one function run one at a time, so concurrent calls
         # give the results of some serial order (and never share a half-written state).
         self.lock = threading.RLock()
-        self.runner: Any = None  # how calls run: whole.WholeRegion, or breaks.Breaks once it broke
+        self.runner: Any = None  # how calls run: compiled.WholeRegion, or lazy.Breaks once it broke
         self.family: Any = None  # the `Family` of caches of the same code
         self.watch: list = []  # weak references that drop this cache from its family
 
@@ -104,9 +119,13 @@ class Cache:
             if entry is not None and entry in self.lru:
                 self.remove(entry)
 
+    def entries(self) -> list[Entry]:
+        """The entries of the whole region (not the pieces), least recently used first."""
+        return [e for e in self.lru if e.key[0] is not _PIECE]
+
     def most_recent(self) -> Entry | None:
         """The most recently used entry of the whole region (not a piece)."""
-        return next((e for e in reversed(self.lru) if isinstance(e, Entry)), None)
+        return next((e for e in reversed(self.lru) if e.key[0] is not _PIECE), None)
 
     def add(self, entry: Entry) -> None:
         self.by_key.setdefault(entry.key, []).append(entry)
@@ -164,7 +183,7 @@ class Family:
     warning counts them here."""
 
     def __init__(self) -> None:
-        self.caches: dict[tuple, Cache] = {}
+        self.caches: dict[tuple, Cache[Any]] = {}
         self.captures = 0
 
 
@@ -173,7 +192,7 @@ _LOCK = threading.Lock()
 _dead_tokens: list = []  # (family, key) whose token names an object that died
 
 
-def shared_cache(fn: Any, settings: Any, token: tuple) -> Cache:
+def shared_cache(fn: Any, settings: Any, token: tuple) -> Cache[Any]:
     """The cache shared by every wrapper of `fn`'s code with these `settings` (kind, options)
     and function token (`key.function_token`: closure values, defaults, bound object), made on
     first use. It is dropped when an object of the token dies (or with the code)."""
@@ -183,9 +202,9 @@ def shared_cache(fn: Any, settings: Any, token: tuple) -> Cache:
         method = getattr(type(fn), "forward", None) or type(fn).__call__
         code = getattr(method, "__code__", None)
     if code is None:
-        cache = Cache(settings.cache_size)
-        cache.family = Family()
-        return cache
+        alone: Cache[Any] = Cache(settings.cache_size)
+        alone.family = Family()
+        return alone
     with _LOCK:
         while _dead_tokens:
             family, key = _dead_tokens.pop()

@@ -31,7 +31,7 @@ import numpy as np
 
 import eager as eg
 
-from .errors import ExportFileError
+from ..errors import ExportFileError
 
 FORMAT, VERSION = "partial.dump", 1
 MANIFEST, MODEL, PARAMS = "manifest.json", "model.stablehlo", "params.npz"
@@ -47,7 +47,7 @@ class Artifact:
     params: list  # numpy arrays, passed after the inputs (empty: baked in)
     param_names: list
     name: str
-    batch: str  # "fixed", "symbolic" or "per_example" (see export.py, Note [dynamic batch])
+    batch: str  # "fixed", "symbolic" or "per_example" (see dump.py, Note [dynamic batch])
 
 
 def _shape(aval: Any) -> list:

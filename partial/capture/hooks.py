@@ -1,5 +1,6 @@
-"""Capture: run a region's Python once on tracer-backed tensors and turn it into a pure function
-over arrays, plus what is needed to call that function again on fresh state.
+"""`Capture`: the eager hooks installed while a region's Python runs once on tracer-backed
+tensors (`capture()` in `run.py`), which turn it into a pure function over arrays, plus what is
+needed to call that function again on fresh state.
 
 How it works. The region runs inside `jax.make_jaxpr` with the hooks of `eager.hooks`
 installed. Tensor arguments hold the trace's input tracers. Every other tensor that existed
@@ -14,7 +15,10 @@ whether it succeeded or not: the region's effects come from running the compiled
 
 A region that breaks (an `exclude_from_trace()` block, a value read under `graph_breaks=True`)
 cannot be one program: at its first break the capture hands what it traced so far to the lazy
-engine, which finishes the call (`handover.py`, from the op log of `op_log.py`).
+engine, which finishes the call. The capture is given the callback that does it (`on_break`:
+the lazy engine's `Handover`) and calls it once, at the first break, with the op log
+(`op_log.py`); it gets the lazy hooks back and installs them. `capture()` then raises
+`HandedOver` with the call's result, or `BreakFound` where the call cannot be handed over.
 
 For `partial_trace` the capture records gradients privately, every input being a leaf that needs
 one, so that (a) the program cuts gradients exactly where the eager tape would (`no_grad`,
@@ -23,7 +27,6 @@ one, so that (a) the program cuts gradients exactly where the eager tape would (
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -33,24 +36,46 @@ import jax.numpy as jnp
 import numpy as np
 
 import eager as eg
-import eager.distributed as dist
 import eager.module as M
 from eager.hooks import describe_location, user_location
 
-from .errors import ModuleRebindError, UnsupportedInRegionError
-from .guards import optimizer_state_signature
-from .handover import HandedOver, take_over
-from .key import Call
-from .messages import backward_in_partial_trace, function_in_region, value_read_error
+from ..errors import ModuleRebindError, UnsupportedInRegionError
+from ..messages import backward_in_partial_trace, function_in_region, value_read_error
+from ..region import (
+    GradSlot,
+    Hyper,
+    Lifted,
+    Snapshots,
+    Source,
+    invalidate_unfinished,
+    optimizer_state_signature,
+)
 from .op_log import OpLog
 from .outputs import Outputs
-from .program import Program, build_program
-from .rollback import Snapshots, current_trace, invalidate_unfinished, release_trace
-from .sources import GradSlot, Hyper, Lifted, Source
 
 hooks = eg.hooks
 _data = hooks.data
 _Tensor, _Module = eg.Tensor, M.Module
+
+
+class BreakFound(BaseException):
+    """Raised out of a capture at the region's first break (an `exclude_from_trace()` block,
+    or a value read under `graph_breaks=True`) when the rest of the call cannot be handed over
+    to the lazy engine (`why`): the call must be run again lazily. A BaseException, so user
+    code catching Exception does not swallow it."""
+
+    def __init__(self, what: str, where: Any, why: str):
+        super().__init__(what)
+        self.what, self.where, self.why = what, where, why
+
+
+class HandedOver(BaseException):
+    """Raised out of a capture whose region met a break and finished lazily: the call is done,
+    `out` is what the region returned and `report` how its stretches ran."""
+
+    def __init__(self, out: Any, report: list):
+        super().__init__("handed over")
+        self.out, self.report = out, report
 
 
 class Capture(OpLog, Outputs, hooks.CaptureHooks):
@@ -61,7 +86,7 @@ class Capture(OpLog, Outputs, hooks.CaptureHooks):
     def __init__(self, kind: str, differentiable: bool, graph_breaks: bool = False,
                  on_break: Callable | None = None, outer_tape: tuple[int, int] = (0, 0)):
         # The attributes OpLog and Outputs read too are declared, with what each holds, in
-        # `CaptureState` (capture_state.py); they are only given their first values here.
+        # `CaptureState` (state.py); they are only given their first values here.
         self.kind = kind
         self.differentiable = differentiable
         self.graph_breaks = graph_breaks
@@ -174,14 +199,42 @@ class Capture(OpLog, Outputs, hooks.CaptureHooks):
                 and id(a) not in self.input_of_array:
             return  # a constant made inside the region (not a view of an input): known now
         if self.graph_breaks:
-            take_over(self, what, user_location()).value_read(t, what)
+            self._take_over(what, user_location()).value_read(t, what)
             return
         raise value_read_error(self.kind, what)
 
     def break_here(self, what: str, where: Any) -> None:
         """The region asks for a break (`exclude_from_trace()`): the lazy engine runs the
         rest of the call, starting with what was captured so far."""
-        take_over(self, what, where).break_here(what, where)
+        self._take_over(what, where).break_here(what, where)
+
+    def _take_over(self, what: str, where: Any) -> Any:
+        """Hand the rest of the call to the lazy engine, whose hooks `on_break` returns and
+        which replace these; raise `BreakFound` where it cannot take over."""
+        why = self.unresumable or "no lazy engine to hand over to"
+        # The rest runs on real arrays although the capture's trace is still current (and so
+        # does a replayed backward). Not ensure_compile_time_eval: it also folds constants
+        # while segments are traced for compilation, which changes their numerics.
+        self.eval_context = jax.core.eval_context()
+        self.eval_context.__enter__()
+        try:
+            lazy = None if self.on_break is None else self.on_break(self, what, where)
+        except BaseException:
+            if self.lazy is None:
+                self._leave_eval()
+            raise
+        if isinstance(lazy, str):
+            why, lazy = lazy, None
+        if lazy is None:
+            self._leave_eval()
+            raise BreakFound(what, where, why)
+        self.lazy = lazy
+        hooks.hand_over(lazy)
+        return lazy
+
+    def _leave_eval(self) -> None:
+        self.eval_context.__exit__(None, None, None)
+        self.eval_context = None
 
     def module_call(self, module: Any) -> None:
         if not self._is_new(module):  # a module made by the region is made again each run
@@ -273,7 +326,7 @@ class Capture(OpLog, Outputs, hooks.CaptureHooks):
         if not self.differentiable:
             return array
         cut = jax.lax.stop_gradient(array)
-        self.aliases[id(cut)] = array  # the same value, for a handover (`handover.Plan`)
+        self.aliases[id(cut)] = array  # the same value, for a handover (`lazy.handover.Plan`)
         self.keep.append(cut)
         return cut
 
@@ -339,81 +392,3 @@ class Capture(OpLog, Outputs, hooks.CaptureHooks):
 
 
 _MISSING = object()
-
-
-def capture(fn: Callable, args: tuple, kwargs: dict, call: Call, *, kind: str,
-            differentiable: bool, capture_as_const: bool, graph_breaks: bool = False,
-            on_break: Callable | None = None) -> Program:
-    """Run `fn(*args, **kwargs)` once under `jax.make_jaxpr` and describe it as a `Program`.
-
-    `call` is the flattened arguments (`guards.flatten_call`). The tensors, modules, optimizers,
-    `.grad` slots and the RNG state are exactly as before when this returns or raises. At the
-    region's first break, `on_break(capture, what, where)` gives the lazy hooks that run the
-    rest of the call (then `HandedOver` is raised once the call is done), or says why none
-    can (then `BreakFound` is raised and nothing ran).
-    """
-    start = time.perf_counter()
-    eg.random.get_state()  # the key must exist before the region so it is an input, not baked
-    saved_tape = hooks.tape_state()
-    cap = Capture(kind, differentiable, graph_breaks, on_break, saved_tape)
-    for o in call.objects:
-        if isinstance(o, eg.optimizer.Optimizer):
-            cap.see_optimizer(o)
-    epoch = hooks.epoch()
-    failed = True
-
-    def region(*arg_arrays: Any) -> list:
-        for t, a in zip(call.tensors, arg_arrays):
-            cap.add_argument(t, a)
-        hooks.set_tape_state((1, 0) if differentiable else (0, 0))
-        trace = current_trace()
-        try:
-            with hooks.capturing(cap):
-                out = _run(cap, fn, args, kwargs)
-        except BaseException:  # a break handed over or found, or an error
-            release_trace(trace)
-            raise
-        finally:
-            hooks.set_tape_state(saved_tape)
-            if cap.eval_context is not None:
-                cap.eval_context.__exit__(None, None, None)
-        return cap.finish(out)
-
-    try:
-        # The ranks' axis is bound, so per-rank collectives in the region trace as collectives.
-        closed = jax.make_jaxpr(region, axis_env=[(dist.RANK_AXIS, dist.get_world_size())])(
-            *call.arrays)
-        program = build_program(cap, closed, call, capture_as_const, _owner(fn))
-        failed = False
-    finally:
-        hooks.set_tape_state(saved_tape)
-        cap.restore(failed)
-    program.seconds = time.perf_counter() - start
-    program.epoch = epoch
-    return program
-
-
-def _owner(fn: Callable) -> list:
-    """The Module a region is the forward of (`partial_trace(module)`, a bound method of a
-    module): its state counts as an argument's, never baked in by `capture_as_const`."""
-    owner = getattr(fn, "__self__", fn)
-    return [owner] if isinstance(owner, _Module) else []
-
-
-def _run(cap: Capture, fn: Callable, args: tuple, kwargs: dict) -> Any:
-    """Run the region; once it was handed over to the lazy engine, finish the call there."""
-    try:
-        out = fn(*args, **kwargs)
-    except BaseException:
-        if cap.lazy is not None:
-            cap.lazy.abandon()
-        raise
-    if cap.lazy is None:
-        return out
-    try:
-        cap.lazy.flush("end of the region", None)
-    except BaseException:
-        cap.lazy.abandon()
-        raise
-    cap.lazy.saved.clear()
-    raise HandedOver(out, cap.lazy.report)

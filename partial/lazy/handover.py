@@ -3,8 +3,11 @@
 The first call of a region does not know whether the region breaks (an `exclude_from_trace()`
 block, a value read under `graph_breaks=True`): nothing tells before its Python runs. So it is
 captured, and if a break comes, the capture does not start the call again (that would run the
-Python before the break twice): it hands what it traced so far to the lazy engine (`lazy.py`),
-which runs the rest of the call, and every later call, as it runs any region with breaks.
+Python before the break twice): it hands what it traced so far to the lazy engine (`run.py`),
+which runs the rest of the call, and every later call, as it runs any region with breaks
+(`breaks.py`). `Handover` is the one way in: the region's whole runner is given it when made,
+and passes it to the capture as `on_break`, so the capture calls down into it once and gets the
+lazy hooks back.
 
 How it works. While capturing, every op call is logged (`op_log.py`). At the break the log is
 turned into the lazy engine's first stretch, as if the ops had been recorded lazily: each tracer
@@ -25,71 +28,29 @@ not handed over: the call then starts again lazily (`BreakFound`), with a warnin
 
 from __future__ import annotations
 
+import functools as ft
+import logging
 import weakref
 from typing import Any
 
 import jax
 
 import eager as eg
+from eager.hooks import describe_location
 
-from .key import tensor_spec
-from .lazy import _NO_INPUT, _START, INPUT, VALUE, LazyRun, Pending, Stretch
-from .messages import collective_with_breaks
-from .replay import Backward, hand_over_past_backward, ops_of
+from ..capture import Backward, ops_of
+from ..messages import break_without_host, collective_with_breaks
+from ..region import tensor_spec
+from ..settings import Settings
+from .breaks import Breaks
+from .replay import hand_over_past_backward
+from .run import LazyRun
+from .stretch import INPUT, NO_INPUT, START, VALUE, Pending, Stretch
 
+logger = logging.getLogger("partial")
 hooks = eg.hooks
 _differentiable = hooks.differentiable
 _Tensor, _Tracer = eg.Tensor, jax.core.Tracer
-
-
-class BreakFound(BaseException):
-    """Raised inside a capture at the region's first break (an `exclude_from_trace()` block,
-    or a value read under `graph_breaks=True`) when the capture cannot hand the rest of the
-    call over to the lazy engine (`why`): the call must be run again lazily. A BaseException,
-    so user code catching Exception does not swallow it."""
-
-    def __init__(self, what: str, where: Any, why: str):
-        super().__init__(what)
-        self.what, self.where, self.why = what, where, why
-
-
-class HandedOver(BaseException):
-    """Raised out of a capture whose region met a break and finished lazily: the call is done,
-    `out` is what the region returned and `report` how its stretches ran."""
-
-    def __init__(self, out: Any, report: list):
-        super().__init__("handed over")
-        self.out, self.report = out, report
-
-
-def take_over(cap: Any, what: str, where: Any) -> Any:
-    """Hand the rest of the call captured by `cap` to the lazy engine (`cap.on_break`), whose
-    hooks are returned; raise `BreakFound` where it cannot take over."""
-    why = cap.unresumable or "no lazy engine to hand over to"
-    # The rest runs on real arrays although the capture's trace is still current (and so does
-    # a replayed backward). Not ensure_compile_time_eval: it also folds constants while
-    # segments are traced for compilation, which changes their numerics.
-    cap.eval_context = jax.core.eval_context()
-    cap.eval_context.__enter__()
-    try:
-        lazy = None if cap.on_break is None else cap.on_break(cap, what, where)
-    except BaseException:
-        if cap.lazy is None:
-            _leave_eval(cap)
-        raise
-    if isinstance(lazy, str):
-        why, lazy = lazy, None
-    if lazy is None:
-        _leave_eval(cap)
-        raise BreakFound(what, where, why)
-    cap.lazy = lazy
-    hooks.hand_over(lazy)
-    return lazy
-
-
-def _leave_eval(cap: Any) -> None:
-    cap.eval_context.__exit__(None, None, None)
-    cap.eval_context = None
 
 
 class Plan:
@@ -97,7 +58,7 @@ class Plan:
 
     def __init__(self, cap: Any):
         self.cap = cap
-        self.stretch = Stretch(_START)
+        self.stretch = Stretch(START)
         self.values: dict[int, tuple] = {}  # id(tracer) -> (value index, history, diff)
         self.concrete: dict[int, Any] = {}  # id(constant's tracer) -> its real array
 
@@ -170,7 +131,7 @@ class Plan:
         if isinstance(x, (_Tensor, int)) and hist is not None:  # a tensor, or its id
             return (INPUT, self._tensor_slot(x, a, needs))
         if x is None:
-            return _NO_INPUT
+            return NO_INPUT
         return (INPUT, LazyRun._array_input(st, x))
 
     def _tensor_slot(self, t: Any, a: Any, needs: bool) -> int:
@@ -269,27 +230,46 @@ def _attached(value: tuple, cut: bool, history: Any) -> bool:
     return diff and not cut and history == made_with
 
 
-def hand_over(cap: Any, start_breaks: Any) -> Any:
-    """The lazy hooks that run the rest of the call captured by `cap`, holding what it traced
-    so far; or why it cannot be handed over (a string). `start_breaks()` switches the region
-    to running with breaks and returns its `Breaks`."""
-    collective = next((e[0] for e in cap.log if type(e) is tuple and e[0].per_rank), None)
-    if collective is not None:
-        raise collective_with_breaks(cap.kind, collective)
-    if cap.unresumable:
-        return f"{cap.unresumable} ran before it"
-    marks = [i for i, e in enumerate(cap.log) if isinstance(e, Backward)]
-    if marks:
-        return hand_over_past_backward(cap, Plan(cap), marks[0], start_breaks)
-    plan = Plan(cap)
-    why = plan.build(cap.log)
-    if why:
-        return why
-    conversions = plan.conversions()
-    if conversions is None:
-        return "a tensor holds a value computed outside the framework's ops"
-    with hooks.atomic():  # a Ctrl-C must not leave tensors half converted
-        return plan.install(start_breaks(), conversions)
+class Handover:
+    """How a region comes to run with graph breaks; given to its whole-region runner
+    (`compiled.WholeRegion`) when that is made, so that the runner needs no lazy engine of its
+    own. Called at a capture's first break (it is the capture's `on_break`), it turns what was
+    captured into the lazy engine's first stretch; `start` makes the region run lazily from
+    the start of a call, when that cannot be."""
+
+    def __init__(self, name: str, settings: Settings, cache: Any):
+        self.name, self.settings, self.cache = name, settings, cache
+
+    def __call__(self, cap: Any, what: str, where: Any) -> LazyRun | str:
+        """The lazy hooks that run the rest of the call captured by `cap`, holding what it
+        traced so far; or why it cannot be handed over (nothing was changed then)."""
+        if self.settings.without_host:
+            raise break_without_host(self.settings.kind, what, where)
+        start = ft.partial(self.start, f"first found: {what} at {describe_location(where)}")
+        collective = next((e[0] for e in cap.log if type(e) is tuple and e[0].per_rank), None)
+        if collective is not None:
+            raise collective_with_breaks(cap.kind, collective)
+        if cap.unresumable:
+            return f"{cap.unresumable} ran before it"
+        marks = [i for i, e in enumerate(cap.log) if isinstance(e, Backward)]
+        if marks:
+            return hand_over_past_backward(cap, Plan(cap), marks[0], start)
+        plan = Plan(cap)
+        why = plan.build(cap.log)
+        if why:
+            return why
+        conversions = plan.conversions()
+        if conversions is None:
+            return "a tensor holds a value computed outside the framework's ops"
+        with hooks.atomic():  # a Ctrl-C must not leave tensors half converted
+            return plan.install(start(), conversions)
+
+    def start(self, first: str) -> Breaks:
+        """Make `Breaks` the region's runner from now on (`first`: where it first broke)."""
+        breaks = self.cache.runner = Breaks(self.name, self.settings, self.cache, first)
+        logger.info("%s: `%s` breaks (%s): it runs its Python on every call, compiling the "
+                    "stretches between breaks", self.settings.kind, self.name, first)
+        return breaks
 
 
 def _record_holder(t: Any, source: Any) -> None:

@@ -1,11 +1,14 @@
 """The op log of a capture: every op call, `GradManager.backward`, recording switch and `.grad`
-write a region makes while it is captured, for a handover at its first break (`handover.py`).
+write a region makes while it is captured, for a handover at its first break (the lazy engine's
+`handover.py`, reached through the capture's `on_break`).
 
 Each op call is logged with its inputs, outputs and whether eager code would have recorded it
 (`OpLog.applied`); a tensor made from plain values (`eg.zeros`, `eg.tensor([...])`) is logged
 with how to make it again (`OpLog.constant`). An `xla_trace` step's backwards, recording
-switches and `.grad` writes are logged as the entries of `replay.py`. The log stops once a
-handover could no longer describe the call (`unresumable`) or when nothing can take it over.
+switches and `.grad` writes are logged as the entries defined here (`Backward`, `Recording`,
+`GradWrite`), which a handover past a backward replays (the lazy engine's `replay.py`). The log
+stops once a handover could no longer describe the call (`unresumable`) or when nothing can
+take it over.
 
 Keys by `id()` here are safe only because the object is alive as long as the key is used: the
 log holds every tracer and array it names until the capture forgets it, `Capture.keep` the
@@ -23,9 +26,8 @@ import jax
 
 import eager as eg
 
-from .capture_state import CaptureState
-from .messages import updated_leaf_in_partial_trace
-from .replay import Backward, GradWrite, Recording
+from ..messages import updated_leaf_in_partial_trace
+from .state import CaptureState
 
 hooks = eg.hooks
 _data, _differentiable = hooks.data, hooks.differentiable
@@ -34,6 +36,12 @@ _Tensor, _Tracer = eg.Tensor, jax.core.Tracer
 
 class OpLog(CaptureState):
     """The part of `Capture` that logs every op call, for a handover at a break."""
+
+    log: list  # every op call, backward, recording switch and `.grad` write
+    logged_outputs: set[int]  # ids of the arrays logged ops produced
+    unresumable: str  # why the log cannot be handed over, once it cannot
+    in_backward: Backward | None  # the log's mark of the GradManager.backward running now
+    made_constants: dict[int, tuple]  # id(tracer) -> (make, tracer): handover
 
     def applied(self, op: Any, attrs: tuple, inputs: tuple, arrays: list,
                 outputs: tuple) -> None:
@@ -122,3 +130,41 @@ class OpLog(CaptureState):
         node = self.saved[id(t)][1][1] if id(t) in self.saved and id(t) not in self.mutated \
             else t._node
         return node is not None or t._tracked - (id(t) in self.marked_ids) > 0
+
+
+# ----- the log entries besides op calls (tuples: op, attrs, inputs, recording, outputs)
+
+class Backward:
+    """A log entry: the capture of an `xla_trace` step ran `manager.backward(y, dy)`, which
+    set the `.grad` arrays in `grads` (id(owner) -> (owner, array))."""
+
+    def __init__(self, manager: Any, y: Any, dy: Any):
+        self.manager, self.y, self.dy = manager, y, dy
+        # As they were at the call: (tensor, array, gradient history).
+        self.ys = [(t, hooks.data(t), hooks.history(t)) for t in _listed(y)]
+        self.dys = [(t, hooks.data(t), hooks.history(t)) for t in _listed(dy)]
+        self.grads: dict[int, tuple] = {}
+
+
+class Recording:
+    """A log entry: `manager` started (`on`) or stopped recording."""
+
+    def __init__(self, manager: Any, on: bool):
+        self.manager, self.on = manager, on
+
+
+class GradWrite:
+    """A log entry: the step set `owner.grad` to `value` (a Tensor or None) itself."""
+
+    def __init__(self, owner: Any, value: Any):
+        self.owner, self.value = owner, value
+        self.array = None if value is None else hooks.data(value)
+
+
+def ops_of(entries: list) -> list:
+    """The op calls among log entries."""
+    return [e for e in entries if type(e) is tuple]
+
+
+def _listed(x: Any) -> list:
+    return [t for t in (x if isinstance(x, (list, tuple)) else [x]) if isinstance(t, _Tensor)]

@@ -21,8 +21,8 @@ from typing import Any
 
 from xla_segments import Executable, Segment
 
-from .key import _leaf_text as describe_leaf
-from .key import argument_paths
+from ..region import argument_paths
+from ..region import leaf_text as describe_leaf
 
 KINDS = ("forward", "forward_vjp", "backward")
 

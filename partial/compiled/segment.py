@@ -1,6 +1,6 @@
 """A compiled region's tape node, built in one place for whole regions (`entry.py`) and the
-stretches of a region with graph breaks (`lazy.py`): the segment with its compile options and
-store, made a node of the eager tape (`autograd_bridge.SegmentFunction`).
+stretches of a region with graph breaks (`lazy/stretch.py`): the segment with its compile
+options and store, made a node of the eager tape (`autograd_bridge.SegmentFunction`).
 
 When `eager.conv_rewrites()` is on and the region runs on the CPU, its segment compiles the
 executables that convolve with XLA's own convolutions instead of YNNPACK's (`conv_options`) and

@@ -19,18 +19,24 @@ from jax.sharding import NamedSharding
 import eager as eg
 from xla_segments import store_for_program
 
-from .compiled import compiled_segment
-from .errors import NotDifferentiableError
-from .guards import (
+from ..capture import Program
+from ..errors import NotDifferentiableError
+from ..region import (
+    Call,
     GradPresenceGuard,
+    GradSlot,
+    Held,
+    Hyper,
+    Lifted,
     ManagerGuard,
     ModuleGuard,
     OptimizerGuard,
     OptimizerStateGuard,
+    Rebind,
+    Result,
+    take_value,
 )
-from .key import Call
-from .program import Program
-from .sources import GradSlot, Held, Hyper, Lifted, Rebind, Result, take_value
+from .segment import compiled_segment
 
 hooks = eg.hooks
 _data, _deref, _sole = hooks.data, hooks.deref, hooks.sole

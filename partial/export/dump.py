@@ -1,5 +1,5 @@
 """Export: a region's inference forward as serialized StableHLO (`jax.export`), to run without
-the Python that defined it (`fn.dump`, `fn.export`; `partial.load` in `export_format.py`).
+the Python that defined it (`fn.dump`, `fn.export`; `partial.load` in `format.py`).
 
 What is exported is a captured program that neither writes state back nor computes gradients:
 its inputs are the region's Tensor arguments; the parameters and buffers it reads are baked in
@@ -27,13 +27,10 @@ import numpy as np
 
 import eager as eg
 
-from .capture import capture
-from .errors import ExportError
-from .export_format import Artifact, write
-from .handover import BreakFound
-from .key import Call, argument_paths, flatten_call
-from .program import Program
-from .sources import Argument, Lifted, Result
+from ..capture import BreakFound, Program, capture
+from ..errors import ExportError
+from ..region import Argument, Call, Lifted, Result, argument_paths, flatten_call
+from .format import Artifact, write
 
 logger = logging.getLogger("partial")
 _wrap = eg.hooks.wrap

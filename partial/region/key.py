@@ -21,7 +21,7 @@ import eager as eg
 import eager.module as M
 import eager.optimizer as optim
 
-from .errors import UnsupportedArgumentError
+from ..errors import UnsupportedArgumentError
 from .guards import Same, value_token
 
 # Plain values: keyed by value (a Python float argument is traced instead; one stored in a
@@ -234,10 +234,10 @@ def _placed_spec(spec: Any) -> bool:
                                                                      jax.core.ShapedArray)
 
 
-def _leaf_text(spec: Any) -> str:
+def leaf_text(spec: Any) -> str:
     if _placed_spec(spec):
         device = ", ".join(str(d) for d in spec[1].device_set)
-        return f"{_leaf_text(spec[0])} on {device}"
+        return f"{leaf_text(spec[0])} on {device}"
     if isinstance(spec, jax.core.ShapedArray):
         return f"Tensor{list(spec.shape)} {np.dtype(spec.dtype).name}" + (
             " (weak type)" if spec.weak_type else "")
@@ -270,7 +270,7 @@ def describe_change(fn: Callable, old: tuple, new: tuple, args: tuple, kwargs: d
         if a != b:
             if _placed_spec(a) and _placed_spec(b) and a[1] == b[1]:
                 a, b = a[0], b[0]  # the same placement: name only what changed
-            return f"argument {format_path(path, names)} changed from {_leaf_text(a)} to " \
-                   f"{_leaf_text(b)}"
+            return f"argument {format_path(path, names)} changed from {leaf_text(a)} to " \
+                   f"{leaf_text(b)}"
     return "the arguments are unchanged"
 

@@ -25,40 +25,10 @@ import jax
 
 import eager as eg
 
+from ..capture import Backward, GradWrite, Recording, ops_of
+
 hooks = eg.hooks
 _Tensor, _Tracer = eg.Tensor, jax.core.Tracer
-
-
-class Backward:
-    """A log entry: the capture of an `xla_trace` step ran `manager.backward(y, dy)`, which
-    set the `.grad` arrays in `grads` (id(owner) -> (owner, array))."""
-
-    def __init__(self, manager: Any, y: Any, dy: Any):
-        self.manager, self.y, self.dy = manager, y, dy
-        # As they were at the call: (tensor, array, gradient history).
-        self.ys = [(t, hooks.data(t), hooks.history(t)) for t in _listed(y)]
-        self.dys = [(t, hooks.data(t), hooks.history(t)) for t in _listed(dy)]
-        self.grads: dict[int, tuple] = {}
-
-
-class Recording:
-    """A log entry: `manager` started (`on`) or stopped recording."""
-
-    def __init__(self, manager: Any, on: bool):
-        self.manager, self.on = manager, on
-
-
-class GradWrite:
-    """A log entry: the step set `owner.grad` to `value` (a Tensor or None) itself."""
-
-    def __init__(self, owner: Any, value: Any):
-        self.owner, self.value = owner, value
-        self.array = None if value is None else hooks.data(value)
-
-
-def ops_of(entries: list) -> list:
-    """The op calls among log entries."""
-    return [e for e in entries if type(e) is tuple]
 
 
 def hand_over_past_backward(cap: Any, plan: Any, at: int, start_breaks: Any) -> Any:
@@ -261,10 +231,6 @@ class _Replay:
                 hooks.set_data(t, None if g is None else hooks.data(g))
                 hooks.set_history(t, None, 0)
             self.lazy.stretch.holders.append(weakref.ref(t))
-
-
-def _listed(x: Any) -> list:
-    return [t for t in (x if isinstance(x, (list, tuple)) else [x]) if isinstance(t, _Tensor)]
 
 
 def _as_given(given: Any, tensors: list) -> Any:

@@ -1,4 +1,4 @@
-"""The runner of a function with graph breaks (see `lazy.py` for how a call is recorded)."""
+"""The runner of a function with graph breaks (see `run.py` for how a call is recorded)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import jax
 import eager as eg
 from eager.hooks import short_path
 
-from .entry import refuse_outer_gradients
-from .entry_cache import CacheInfo
-from .key import flatten_call
-from .lazy import LazyRun, Piece, Stretch, compile_stretch
-from .messages import warn_recompile
-from .settings import Settings
+from ..compiled import refuse_outer_gradients
+from ..messages import warn_recompile
+from ..region import CacheInfo, flatten_call
+from ..settings import Settings
+from .run import LazyRun
+from .stretch import Piece, Stretch, compile_stretch
 
 hooks = eg.hooks
 
