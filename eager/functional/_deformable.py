@@ -14,10 +14,11 @@ import numpy as np
 from ..core.errors import OpTypeError
 from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
+from ..core.ops.deformable import trans_rank
 from ..core.tensors import Tensor, apply
-from ._args import _float_input, _ints, _t
+from ._args import _ints, _t
 from ._conv import grouped_weight
-from ._detection import _real, _rois
+from ._detection import _boxes
 
 _COMPUTE_MODES = ("default", "float32")
 
@@ -107,41 +108,22 @@ def deformable_psroi_pooling(inp: Any, rois: Any, trans: Any, no_trans: bool, pa
     [[[[0.75]]]]
     """
     fn = "deformable_psroi_pooling"
-    x = _t(inp)
-    boxes = _rois(fn, x, rois)
-    _float_input(fn, x)
+    x, boxes, offsets = _t(inp), _t(rois), _t(trans)
     pooled = (_ints(fn, "pooled_h", pooled_h, 1)[0], _ints(fn, "pooled_w", pooled_w, 1)[0])
     samples = _ints(fn, "sample_per_part", sample_per_part, 1)[0]
-    if min(pooled) < 1 or samples < 1:
-        raise bad_argument(f"{fn}: pooled_h, pooled_w and sample_per_part must be >= 1, got "
-                           f"{pooled[0]}, {pooled[1]} and {samples}.")
     part = _ints(fn, "part_size", part_size, 1)[0]
-    offsets = _trans(_t(trans), no_trans, part, boxes.shape[0], pooled)
-    return apply(OPS[fn], _f32(x), boxes, offsets, pooled=pooled, part_size=part,
-                 samples=samples, spatial_scale=number(spatial_scale, "spatial_scale"),
-                 trans_std=number(trans_std, "trans_std"))
-
-
-def _trans(trans: Tensor, no_trans: Any, part: int, k: int,
-           pooled: tuple[int, int]) -> Tensor | None:
-    """The float32 offsets, or None with `no_trans`; checked against MegEngine's layout."""
-    fn = "deformable_psroi_pooling"
     if not isinstance(no_trans, (bool, np.bool_)):
         raise bad_argument(f"{fn}: no_trans must be True or False, got {no_trans!r:.60}.",
                            OpTypeError)
-    if trans.ndim != 4:
-        raise bad_argument(f"{fn}: trans must be 4-d, (K, 2, pooled_h, pooled_w); got shape "
-                           f"{trans.shape}.")
-    if no_trans:
-        return None
-    if trans.shape != (k, 2, *pooled):
-        raise bad_argument(f"{fn}: trans must have shape (K, 2, pooled_h, pooled_w) = "
-                           f"{(k, 2, *pooled)} for {k} RoIs, got {trans.shape}.")
-    if not 1 <= part <= min(pooled):
-        raise bad_argument(f"{fn}: part_size must be between 1 and min(pooled_h, pooled_w) = "
-                           f"{min(pooled)} (the parts index trans's last two axes), got {part}.")
-    _real(fn, trans, "trans")
-    return _f32(trans)
+    require(fn, x, boxes, None if no_trans else offsets, pooled=pooled, part_size=part,
+            samples=samples)
+    # unread without offsets, but MegEngine's signature still takes a 4-d tensor there
+    if no_trans and (found := trans_rank(offsets)) is not None:
+        raise bad_argument(f"{fn}: {found[1]}")
+    return apply(OPS[fn], _f32(x), _boxes(boxes),
+                 None if no_trans else _f32(offsets), pooled=pooled, part_size=part,
+                 samples=samples, spatial_scale=number(spatial_scale, "spatial_scale"),
+                 trans_std=number(trans_std, "trans_std"))
 
 
 __all__ = ["deformable_conv2d", "deformable_psroi_pooling"]

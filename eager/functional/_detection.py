@@ -14,12 +14,11 @@ import numpy as np
 
 from ..core import ragged as _ragged
 from ..core import ragged_forms
-from ..core.errors import OpTypeError
 from ..core.indexing import mask_indices
-from ..core.op_errors import bad_argument, number
+from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply
-from ._args import _float_input, _ints, _t
+from ._args import _ints, _t
 from .tensor import _count
 
 _MODES = ("average", "max")
@@ -31,29 +30,9 @@ def _mode(fn: str, mode: Any) -> str:
     return mode.lower()
 
 
-def _real(fn: str, t: Tensor, what: str) -> None:
-    if np.dtype(t.dtype).kind not in "fiuV":  # V: bfloat16
-        raise bad_argument(f"{fn}: {what} has dtype {np.dtype(t.dtype)}; it must hold numbers.",
-                           OpTypeError)
-
-
-def _rois(fn: str, x: Tensor, rois: Any) -> Tensor:
-    """The (K, 5) RoIs as float32, detached (they carry no gradient); `x` must be NCHW."""
-    rois = _t(rois)
-    if x.ndim != 4:
-        raise bad_argument(f"{fn}: needs an NCHW (4-d) input, got shape {x.shape}.")
-    if rois.ndim != 2 or rois.shape[1] != 5:
-        raise bad_argument(f"{fn}: rois must have shape (K, 5), rows (batch index, x0, y0, x1, "
-                           f"y1); got shape {rois.shape}.")
-    _real(fn, rois, "rois")
+def _boxes(rois: Tensor) -> Tensor:
+    """The RoIs as float32, detached: they carry no gradient (the op's check has read them)."""
     return rois.detach().astype(np.float32)
-
-
-def _output_shape(fn: str, output_shape: Any) -> tuple[int, ...]:
-    shape = _ints(fn, "output_shape", output_shape, 2)
-    if min(shape) < 0:
-        raise bad_argument(f"{fn}: output_shape must be (height, width) >= 0, got {shape}.")
-    return shape
 
 
 def roi_align(inp: Any, rois: Any, output_shape: Any, mode: str = "average",
@@ -79,17 +58,14 @@ def roi_align(inp: Any, rois: Any, output_shape: Any, mode: str = "average",
     >>> F.vision.roi_align(x, eg.tensor([[0.0, 0.5, 0.5, 1.5, 1.5]]), 1).numpy().tolist()
     [[[[1.5]]]]
     """
-    x = _t(inp)
-    boxes = _rois("roi_align", x, rois)
-    shape = _output_shape("roi_align", output_shape)
+    x, boxes = _t(inp), _t(rois)
+    shape = _ints("roi_align", "output_shape", output_shape, 2)
     samples = _ints("roi_align", "sample_points", sample_points, 2)
-    if min(samples) < 1:
-        raise bad_argument(f"roi_align: sample_points must be >= 1 along each axis, got "
-                           f"{samples}; MegEngine documents 0 as 'sample densely', but its "
-                           "kernels then return zeros: pass a count (2 is the default).")
+    require("roi_align", x, boxes, output_shape=shape, sample_points=samples)
     if x.dtype != np.float32:
         x = x.astype(np.float32)
-    return apply(OPS["roi_align"], x, boxes, output_shape=shape, mode=_mode("roi_align", mode),
+    return apply(OPS["roi_align"], x, _boxes(boxes), output_shape=shape,
+                 mode=_mode("roi_align", mode),
                  spatial_scale=number(spatial_scale, "spatial_scale"),
                  offset=0.5 if aligned else 0.0, sample_points=samples)
 
@@ -115,11 +91,10 @@ def roi_pooling(inp: Any, rois: Any, output_shape: Any, mode: str = "max",
     >>> F.vision.roi_pooling(x, eg.tensor([[0.0, 0.0, 0.0, 1.0, 1.0]]), 1).numpy().tolist()
     [[[[3.0]]]]
     """
-    x = _t(inp)
-    boxes = _rois("roi_pooling", x, rois)
-    _float_input("roi_pooling", x)
-    return apply(OPS["roi_pooling"], x, boxes, output_shape=_output_shape("roi_pooling",
-                                                                          output_shape),
+    x, boxes = _t(inp), _t(rois)
+    shape = _ints("roi_pooling", "output_shape", output_shape, 2)
+    require("roi_pooling", x, boxes, output_shape=shape)
+    return apply(OPS["roi_pooling"], x, _boxes(boxes), output_shape=shape,
                  mode=_mode("roi_pooling", mode), scale=number(scale, "scale"))
 
 
@@ -147,18 +122,12 @@ def nms(boxes: Any, scores: Any, iou_thresh: float, max_output: int | None = Non
     [1, 2]
     """
     boxes, scores = _t(boxes), _t(scores)
-    if boxes.ndim != 2 or boxes.shape[1] != 4:
-        raise bad_argument(f"nms: boxes must have shape (N, 4), rows (x0, y0, x1, y1); got "
-                           f"shape {boxes.shape}.")
-    if scores.ndim != 1 or scores.shape[0] != boxes.shape[0]:
-        raise bad_argument(f"nms: scores must have shape (N,) with one score per box, got "
-                           f"shape {scores.shape} for boxes of shape {boxes.shape}.")
-    _real("nms", boxes, "boxes")
-    _real("nms", scores, "scores")
+    require("nms_keep", boxes, scores)
     n = ragged_forms.storage_rows(boxes)  # ragged boxes: their capacity, whatever the count
     limit = n
     if max_output is not None:
         limit = _ints("nms", "max_output", max_output, 1)[0]
+        # the option's own rule (None is no limit), not the op's: it takes 0 for no boxes
         if limit < 1:
             raise bad_argument(f"nms: max_output must be >= 1 (or None: no limit), got "
                                f"{limit}.")

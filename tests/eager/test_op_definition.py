@@ -2,13 +2,16 @@
 that `defop` registers, not entries of tables keyed by its name (which could drift from it), and
 defining an op with a check and a rule is one `defop` call that takes effect everywhere."""
 
+import re
+
 import numpy as np
 import pytest
 
 import eager as eg
+import eager.functional as F
 from eager import amp
 from eager.core.amp_policy import FLOAT32, LOW
-from eager.core.errors import OpArgumentError
+from eager.core.errors import OpArgumentError, OpTypeError
 from eager.core.op_errors import require
 from eager.core.ops import OPS, defop
 from eager.core.tensors import apply
@@ -62,3 +65,69 @@ def test_an_op_is_one_defop_call():
     finally:
         OPS.pop("toy_scale", None)
     assert "toy_scale" not in OPS
+
+
+# ----- an op checks its own arguments -------------------------------------------------------------
+# Each case: a functional call with a bad argument, the op it calls, what that op's check reads
+# (the inputs and attributes the wrapper passes to `require`), the error class and the start of
+# its text. The wrapper's error and the op's own finding must agree, so that the op refuses the
+# argument whichever way it is called.
+F32 = np.float32
+IMAGE, ROIS = np.zeros((1, 2, 4, 4), F32), np.array([[0, 0, 0, 2, 2]], F32)
+ALIGN = {"output_shape": (2, 2), "sample_points": (2, 2)}
+PSROI = {"pooled": (3, 3), "part_size": 3, "samples": 2}
+TRANS = np.zeros((1, 2, 3, 3), F32)
+
+
+def _psroi(inp=IMAGE, trans=TRANS, **options):
+    kwargs = dict(no_trans=False, part_size=3, pooled_h=3, pooled_w=3, sample_per_part=2,
+                  spatial_scale=1.0) | options
+    return F.deformable_psroi_pooling(inp, ROIS, trans, **kwargs)
+
+
+CHECKED = [
+    # detection: the RoIs and the boxes
+    (lambda: F.roi_align(IMAGE[0], ROIS, 2), "roi_align", (IMAGE[0], ROIS), ALIGN,
+     OpArgumentError, r"needs an NCHW \(4-d\) input"),
+    (lambda: F.roi_align(IMAGE, ROIS[:, 1:], 2), "roi_align", (IMAGE, ROIS[:, 1:]), ALIGN,
+     OpArgumentError, r"rois must have shape \(K, 5\)"),
+    (lambda: F.roi_align(IMAGE, ROIS, (2, -1)), "roi_align", (IMAGE, ROIS),
+     {**ALIGN, "output_shape": (2, -1)}, OpArgumentError, "output_shape must be"),
+    (lambda: F.roi_align(IMAGE, ROIS, 2, sample_points=0), "roi_align", (IMAGE, ROIS),
+     {**ALIGN, "sample_points": (0, 0)}, OpArgumentError, "sample_points must be >= 1"),
+    (lambda: F.roi_pooling(IMAGE.astype(np.int32), ROIS, 2), "roi_pooling",
+     (IMAGE.astype(np.int32), ROIS), {"output_shape": (2, 2)}, OpTypeError,
+     "the input has dtype int32; it must be a float"),
+    (lambda: F.roi_pooling(IMAGE, ROIS.astype(bool), 2), "roi_pooling",
+     (IMAGE, ROIS.astype(bool)), {"output_shape": (2, 2)}, OpTypeError, "rois has dtype bool"),
+    (lambda: F.nms(np.zeros((3, 3), F32), np.zeros(3, F32), 0.5), "nms_keep",
+     (np.zeros((3, 3), F32), np.zeros(3, F32)), {}, OpArgumentError, r"boxes must have shape"),
+    (lambda: F.nms(np.zeros((3, 4), F32), np.zeros(2, F32), 0.5), "nms_keep",
+     (np.zeros((3, 4), F32), np.zeros(2, F32)), {}, OpArgumentError, "scores must have shape"),
+    (lambda: _psroi(inp=IMAGE.astype(np.int32)), "deformable_psroi_pooling",
+     (IMAGE.astype(np.int32), ROIS, TRANS), PSROI, OpTypeError, "the input has dtype int32"),
+    (lambda: _psroi(sample_per_part=0), "deformable_psroi_pooling", (IMAGE, ROIS, TRANS),
+     {**PSROI, "samples": 0}, OpArgumentError, "pooled_h, pooled_w and sample_per_part"),
+    (lambda: _psroi(trans=TRANS[0]), "deformable_psroi_pooling", (IMAGE, ROIS, TRANS[0]),
+     PSROI, OpArgumentError, "trans must be 4-d"),
+    (lambda: _psroi(trans=TRANS[:, :1]), "deformable_psroi_pooling", (IMAGE, ROIS, TRANS[:, :1]),
+     PSROI, OpArgumentError, r"trans must have shape \(K, 2, pooled_h, pooled_w\) = \(1, 2, 3"),
+    (lambda: _psroi(part_size=4), "deformable_psroi_pooling", (IMAGE, ROIS, TRANS),
+     {**PSROI, "part_size": 4}, OpArgumentError, "part_size must be between 1 and"),
+    (lambda: _psroi(trans=TRANS.astype(bool)), "deformable_psroi_pooling",
+     (IMAGE, ROIS, TRANS.astype(bool)), PSROI, OpTypeError, "trans has dtype bool"),
+]
+
+
+@pytest.mark.parametrize("call, name, inputs, attrs, error, text", CHECKED)
+def test_an_op_checks_what_its_wrapper_reported(call, name, inputs, attrs, error, text):
+    """The wrapper's error is the op's own finding, prefixed by the function's name: asked of
+    the op (`Op.check_before`) and raised by `require` alike."""
+    found = OPS[name].check_before(inputs, attrs)
+    assert found is not None, f"{name} finds nothing wrong"
+    assert found[0] is error and re.match(text, found[1]), found
+    with pytest.raises(error) as raised:
+        call()
+    assert str(raised.value).partition(": ")[2].startswith(found[1])
+    with pytest.raises(error, match=f"^{name}: {re.escape(found[1])}"):
+        require(name, *inputs, **attrs)

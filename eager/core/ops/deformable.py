@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import OpArgumentError, OpTypeError
 from .checks import Found, dims, float_tensor, numeric, out_size
 from .conv import Wording, conv_check
-from .detection import _roi_rows, _round_half_away
+from .detection import _roi_rows, _round_half_away, rois_check
 from .registry import defop
 
 _F32 = np.float32
@@ -184,7 +184,38 @@ def _psroi_bins(rois, pooled, samples, scale):
     return batch, starts_y, starts_x, (height, width), (bin_h / s, bin_w / s)
 
 
-@defop("deformable_psroi_pooling")
+def trans_rank(trans: Any) -> Found:
+    """MegEngine's layout of the offsets: 4-d, even where `no_trans` leaves them unread."""
+    if len(dims(trans)) != 4:
+        return OpArgumentError, (f"trans must be 4-d, (K, 2, pooled_h, pooled_w); got shape "
+                                 f"{dims(trans)}.")
+    return None
+
+
+def _psroi_check(inputs: Sequence, attrs: dict) -> Found:
+    """The RoIs' rules (`detection.rois_check`), a float input, the bins and samples, then the
+    offsets (None: no offsets): one (2, ph, pw) block per RoI, `part_size` parts of them."""
+    x, rois, trans = inputs
+    if (found := rois_check(x, rois) or float_tensor(x, "input")) is not None:
+        return found
+    pooled, samples, part = attrs["pooled"], attrs["samples"], attrs["part_size"]
+    if min(pooled) < 1 or samples < 1:
+        return OpArgumentError, (f"pooled_h, pooled_w and sample_per_part must be >= 1, got "
+                                 f"{pooled[0]}, {pooled[1]} and {samples}.")
+    if trans is None or (found := trans_rank(trans)) is not None:
+        return found
+    want, k = (dims(rois)[0], 2, *pooled), dims(rois)[0]
+    if dims(trans) != want:
+        return OpArgumentError, (f"trans must have shape (K, 2, pooled_h, pooled_w) = {want} "
+                                 f"for {k} RoIs, got {dims(trans)}.")
+    if not 1 <= part <= min(pooled):
+        return OpArgumentError, (f"part_size must be between 1 and min(pooled_h, pooled_w) = "
+                                 f"{min(pooled)} (the parts index trans's last two axes), got "
+                                 f"{part}.")
+    return numeric(trans, "trans")
+
+
+@defop("deformable_psroi_pooling", check=_psroi_check, before=_psroi_check)
 def deformable_psroi_pooling(x, rois, trans, *, pooled, part_size, samples, spatial_scale,
                              trans_std):
     """(K, C, ph, pw): the mean of each bin's samples x samples bilinear samples of NCHW `x` for

@@ -9,10 +9,15 @@ storage, each output row depending on its RoI alone; the data-dependent count NM
 taken by the functional wrapper.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..errors import OpArgumentError
+from .checks import Found, dims, float_tensor, numeric
 from .ragged_ops import valid_first
 from .ragged_rules import HEAVY_ROWS
 from .registry import defop
@@ -24,6 +29,57 @@ def _roi_rows(rois):
     """(batch index (K,) int32, x0, y0, x1, y1 (K,) float32) of (K, 5) RoIs, without gradient."""
     rois = lax.stop_gradient(rois).astype(jnp.float32)
     return (rois[:, 0].astype(jnp.int32), *(rois[:, i] for i in range(1, 5)))
+
+
+# ----- argument checks (run before the call by `F.vision`'s wrappers, and after a failed call) ---
+def rois_check(x: Any, rois: Any) -> Found:
+    """An NCHW `x` and (K, 5) RoIs holding numbers: what every RoI op reads (the deformable PS
+    RoI pooling of `deformable.py` too)."""
+    if len(dims(x)) != 4:
+        return OpArgumentError, f"needs an NCHW (4-d) input, got shape {dims(x)}."
+    rs = dims(rois)
+    if len(rs) != 2 or rs[1] != 5:
+        return OpArgumentError, (f"rois must have shape (K, 5), rows (batch index, x0, y0, x1, "
+                                 f"y1); got shape {rs}.")
+    return numeric(rois, "rois")
+
+
+def _bins(attrs: dict) -> Found:
+    """The output's bins: a negative count is no size (0 is an empty output)."""
+    shape = attrs["output_shape"]
+    if min(shape) < 0:
+        return OpArgumentError, f"output_shape must be (height, width) >= 0, got {shape}."
+    return None
+
+
+def _align_check(inputs: Sequence, attrs: dict) -> Found:
+    x, rois = inputs
+    if (found := rois_check(x, rois) or _bins(attrs)) is not None:
+        return found
+    if min(attrs["sample_points"]) < 1:
+        return OpArgumentError, (
+            f"sample_points must be >= 1 along each axis, got {attrs['sample_points']}; "
+            "MegEngine documents 0 as 'sample densely', but its kernels then return zeros: "
+            "pass a count (2 is the default).")
+    return None
+
+
+def _pooling_check(inputs: Sequence, attrs: dict) -> Found:
+    x, rois = inputs
+    return rois_check(x, rois) or float_tensor(x, "input") or _bins(attrs)
+
+
+def _nms_check(inputs: Sequence, attrs: dict) -> Found:
+    """(N, 4) boxes and one score per box, both numbers (a ragged call's length is not read)."""
+    boxes, scores = inputs[:2]
+    bs, ss = dims(boxes), dims(scores)
+    if len(bs) != 2 or bs[1] != 4:
+        return OpArgumentError, (f"boxes must have shape (N, 4), rows (x0, y0, x1, y1); got "
+                                 f"shape {bs}.")
+    if len(ss) != 1 or ss[0] != bs[0]:
+        return OpArgumentError, (f"scores must have shape (N,) with one score per box, got "
+                                 f"shape {ss} for boxes of shape {bs}.")
+    return numeric(boxes, "boxes") or numeric(scores, "scores")
 
 
 # ----- RoI align ----------------------------------------------------------------------------------
@@ -71,7 +127,8 @@ def _bilinear(xt, batch, ys, xs):
 _ROI_BLOCK = 64
 
 
-@defop("roi_align", ragged=HEAVY_ROWS)  # RoI k gives output row k
+# RoI k gives output row k
+@defop("roi_align", ragged=HEAVY_ROWS, check=_align_check, before=_align_check)
 def roi_align(x, rois, *, output_shape, mode, spatial_scale, offset, sample_points):
     """(K, C, ph, pw): each RoI of `rois` (K, 5) over NCHW `x`, cut into ph x pw bins, each
     bin the average (mode "average") or maximum ("max") of its sh x sw bilinear samples.
@@ -224,7 +281,7 @@ def _bin_means(x, batch, rows, cols, count):
     return jnp.where(count > 0, mean, 0)
 
 
-@defop("roi_pooling", ragged=HEAVY_ROWS)
+@defop("roi_pooling", ragged=HEAVY_ROWS, check=_pooling_check, before=_pooling_check)
 def roi_pooling(x, rois, *, output_shape, mode, scale):
     """(K, C, ph, pw): the maximum ("max") or average ("average") of each of ph x pw bins of
     every RoI of `rois` (K, 5) over NCHW `x`; an empty bin (outside the image) is 0.
@@ -261,7 +318,8 @@ def _overlaps(box, boxes, iou_thresh):
     return inter > (area + areas - inter) * _F32(iou_thresh)
 
 
-@defop("nms_keep", differentiable=False, multi_output=True)
+@defop("nms_keep", differentiable=False, multi_output=True, check=_nms_check,
+       before=_nms_check)
 def nms_keep(boxes, scores, length=None, *, iou_thresh, max_output):
     """(order, keep): the boxes' positions by descending score, int32 (N,), and whether the box
     at each place of that order survives greedy suppression, bool (N,).
