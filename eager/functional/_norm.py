@@ -6,10 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ..core.context import atomic as _atomic
-from ..core.op_errors import bad_argument, number
+from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply, rebind
 from ._args import _float_input, _ints, _t
@@ -28,8 +26,7 @@ def batch_norm(x: Any, running_mean: Tensor | None = None, running_var: Tensor |
     is normalized in float32).
     """
     if not training:
-        if running_mean is None or running_var is None:
-            raise bad_argument("batch_norm: inference needs running_mean and running_var.")
+        require("batch_norm_eval", x, running_mean, running_var, weight, bias)
         return apply(OPS["batch_norm_eval"], x, running_mean, running_var, weight, bias,
                      eps=number(eps, "eps"))
     y, mean, var = apply(OPS["batch_norm_train"], x, weight, bias, eps=number(eps, "eps"))
@@ -57,11 +54,9 @@ def layer_norm(x: Any, normalized_shape: int | Sequence[int], affine: bool = Tru
 def group_norm(x: Any, num_groups: int, affine: bool = True, weight: Any = None,
                bias: Any = None, eps: float = 1e-5) -> Tensor:
     """Normalize over channel groups of an (N, C, ...) tensor."""
-    if x.shape[1] % num_groups:
-        raise bad_argument(f"group_norm: {x.shape[1]} channels are not divisible into "
-                           f"{num_groups} groups.")
     if not affine:
         weight = bias = None
+    require("group_norm", x, weight, bias, groups=num_groups)
     return apply(OPS["group_norm"], x, weight, bias, groups=int(num_groups),
                  eps=number(eps, "eps"))
 
@@ -71,21 +66,20 @@ def instance_norm(x: Any, affine: bool, weight: Any = None, bias: Any = None,
     """Normalize each (sample, channel) plane of NCHW `x` over its H * W values (biased
     variance), then, with `affine`, scale by `weight` and shift by `bias` (C values each)."""
     x = _t(x)
+    # MegEngine's rules for this function, narrower than its op's: a group normalization takes
+    # any (N, C, ...) tensor, of any dtype
     if x.ndim != 4:
         raise bad_argument(f"instance_norm: needs an NCHW (4-d) input, as MegEngine does; got "
                            f"shape {x.shape}.")
     _float_input("instance_norm", x)
-    c = x.shape[1]
     if not affine:
         weight = bias = None
-    elif weight is None or bias is None:
+    elif weight is None or bias is None:  # the option asks for both
         raise bad_argument("instance_norm: affine=True needs both weight and bias; pass them, "
                            "or affine=False.")
-    for value, name in ((weight, "weight"), (bias, "bias")):
-        if value is not None and int(np.prod(np.shape(value))) != c:
-            raise bad_argument(f"instance_norm: {name} has shape {tuple(np.shape(value))}; it "
-                               f"needs one value per channel ({c}) of the input {x.shape}.")
     # one channel per group: group normalization's statistics are instance normalization's
+    c = x.shape[1]
+    require("group_norm", x, weight, bias, groups=c)
     return apply(OPS["group_norm"], x, weight, bias, groups=c, eps=number(eps, "eps"))
 
 
@@ -96,12 +90,6 @@ def local_response_norm(x: Any, kernel_size: int = 5, k: float = 2.0, alpha: flo
     alpha is not divided by it (MegEngine's definition)."""
     x = _t(x)
     size = _ints("local_response_norm", "kernel_size", kernel_size, 1)[0]
-    if size < 1 or size % 2 == 0:
-        raise bad_argument(f"local_response_norm: kernel_size must be a positive odd int, got "
-                           f"{size}.")
-    if x.ndim < 2:
-        raise bad_argument(f"local_response_norm: needs an (N, C, ...) input, got shape "
-                           f"{x.shape}.")
-    _float_input("local_response_norm", x)
+    require("local_response_norm", x, size=size)
     return apply(OPS["local_response_norm"], x, size=size, k=number(k, "k"),
                  alpha=number(alpha, "alpha"), beta=number(beta, "beta"))

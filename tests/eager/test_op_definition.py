@@ -116,6 +116,21 @@ CHECKED = [
      {**PSROI, "part_size": 4}, OpArgumentError, "part_size must be between 1 and"),
     (lambda: _psroi(trans=TRANS.astype(bool)), "deformable_psroi_pooling",
      (IMAGE, ROIS, TRANS.astype(bool)), PSROI, OpTypeError, "trans has dtype bool"),
+    # normalization
+    (lambda: F.batch_norm(IMAGE, None, np.ones(2, F32)), "batch_norm_eval",
+     (IMAGE, None, np.ones(2, F32), None, None), {}, OpArgumentError,
+     "inference needs running_mean and running_var"),
+    (lambda: F.group_norm(IMAGE, 3), "group_norm", (IMAGE, np.ones(2, F32), np.zeros(2, F32)),
+     {"groups": 3}, OpArgumentError, "2 channels are not divisible into 3 groups"),
+    (lambda: F.instance_norm(IMAGE, True, np.ones(3, F32), np.zeros(2, F32)), "group_norm",
+     (IMAGE, np.ones(3, F32), np.zeros(2, F32)), {"groups": 2}, OpArgumentError,
+     r"weight has shape \(3,\); it needs one value per channel \(2\)"),
+    (lambda: F.local_response_norm(IMAGE, kernel_size=4), "local_response_norm", (IMAGE,),
+     {"size": 4}, OpArgumentError, "kernel_size must be a positive odd int, got 4"),
+    (lambda: F.local_response_norm(np.zeros(3, F32)), "local_response_norm",
+     (np.zeros(3, F32),), {"size": 5}, OpArgumentError, r"needs an \(N, C, ...\) input"),
+    (lambda: F.local_response_norm(IMAGE.astype(np.int32)), "local_response_norm",
+     (IMAGE.astype(np.int32),), {"size": 5}, OpTypeError, "the input has dtype int32"),
 ]
 
 

@@ -1,5 +1,5 @@
-"""Neural-network ops: matmul, linear, pooling (NCHW), normalization, dropout, embedding,
-softmax, attention and losses (convolutions are in conv.py), with their argument checks."""
+"""Neural-network ops: matmul, linear, pooling (NCHW), dropout, embedding, softmax, attention and
+losses (convolutions are in conv.py, normalizations in norm.py), with their argument checks."""
 
 from collections.abc import Sequence
 
@@ -11,7 +11,6 @@ from jax import lax
 from ..amp_policy import FLOAT32, LOW
 from ..errors import OpArgumentError, OpTypeError
 from .checks import Found, dims, kind, missing, shape_of, window
-from .lean_grads import standardize
 from .ragged_rules import ROWS, WIDE_ROWS, along, unless_reduced
 from .registry import defop
 
@@ -188,69 +187,6 @@ def adaptive_avg_pool2d(x, *, out_shape):
     compiled regions keeps channels-last."""
     k, stride = adaptive_window(x.shape[2:], out_shape)
     return _window(x, np.array(0, x.dtype), lax.add, k, stride, (0, 0)) / (k[0] * k[1])
-
-
-@defop("batch_norm_train", nondiff_outputs=(1, 2), amp=FLOAT32)
-def batch_norm_train(x, weight, bias, *, eps):
-    """Normalize with batch statistics; also return the mean and the unbiased variance.
-    The output has x's dtype; a float16 x with float32 weights (MegEngine's mixed precision)
-    is normalized in float32."""
-    axes = (0, *range(2, x.ndim))
-    wide = _normalize_dtype(x, weight)
-    mean = jnp.mean(x.astype(wide), axis=axes, keepdims=True)
-    centered = x.astype(wide) - mean
-    var = jnp.mean(centered * centered, axis=axes, keepdims=True)
-    y = _scale_shift(centered, lax.rsqrt(var + eps), weight, bias).astype(x.dtype)
-    n = x.size // x.shape[1]
-    return y, mean.reshape(-1), var.reshape(-1) * (n / max(n - 1, 1))
-
-
-@defop("batch_norm_eval", amp=FLOAT32)
-def batch_norm_eval(x, running_mean, running_var, weight, bias, *, eps):
-    wide = _normalize_dtype(x, weight, running_mean)
-    mean, var = channel(running_mean, x.ndim), channel(running_var, x.ndim)
-    y = _scale_shift(x.astype(wide) - mean, lax.rsqrt(var + eps), weight, bias)
-    return y.astype(x.dtype)
-
-
-def _normalize_dtype(x, *others):
-    """The dtype a normalization computes in: x's, or wider when its weights or statistics are
-    (float16 activations with float32 parameters)."""
-    return jnp.result_type(x, *(o for o in others if o is not None))
-
-
-def _scale_shift(centered, inv_std, weight, bias):
-    """centered * (inv_std * weight) + bias, with the weight folded into the per-channel scale:
-    the backward then keeps no full-size normalized copy of the input (a whole ResNet step
-    needed 1.31x the memory of jax.grad's without the fold, 1.00x with it)."""
-    scale = inv_std if weight is None else inv_std * channel(weight, centered.ndim)
-    y = centered * scale
-    return y if bias is None else y + channel(bias, y.ndim)
-
-
-@defop("running_stats_update", differentiable=False, multi_output=True, quick=True)
-def running_stats_update(running_mean, running_var, mean, var, *, momentum):
-    """MegEngine's convention: running = momentum * running + (1 - momentum) * batch."""
-    mean, var = mean.reshape(running_mean.shape), var.reshape(running_var.shape)
-    return (momentum * running_mean + (1 - momentum) * mean,
-            momentum * running_var + (1 - momentum) * var)
-
-
-@defop("layer_norm", ragged=lambda attrs, ndim: ROWS if attrs["n_axes"] < ndim else None,
-       amp=FLOAT32)
-def layer_norm(x, weight, bias, *, n_axes, eps):
-    y = standardize(x, tuple(range(x.ndim - n_axes, x.ndim)), eps)
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
-
-
-@defop("group_norm", ragged=ROWS, amp=FLOAT32)
-def group_norm(x, weight, bias, *, groups, eps):
-    y = standardize(x.reshape((x.shape[0], groups, -1)), (2,), eps).reshape(x.shape)
-    if weight is not None:
-        y = y * channel(weight, y.ndim)
-    return y if bias is None else y + channel(bias, y.ndim)
 
 
 @defop("dropout")

@@ -7,12 +7,16 @@ normalization with one channel per group (`group_norm`); `eager/functional/_pool
 `_norm.py` compose them.
 """
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from ..amp_policy import FLOAT32
+from ..errors import OpArgumentError
+from .checks import Found, dims, float_tensor
 from .registry import defop
 
 
@@ -27,7 +31,17 @@ def pixel_shuffle(x, *, factor):
     return y.transpose(axes).reshape((*batch, c // (r * r), h * r, w * r))
 
 
-@defop("local_response_norm", amp=FLOAT32)
+def _lrn_check(inputs: Sequence, attrs: dict) -> Found:
+    """A window centred on each channel (an odd size) over the channels of a float tensor."""
+    size, xs = attrs["size"], dims(inputs[0])
+    if size < 1 or size % 2 == 0:
+        return OpArgumentError, f"kernel_size must be a positive odd int, got {size}."
+    if len(xs) < 2:
+        return OpArgumentError, f"needs an (N, C, ...) input, got shape {xs}."
+    return float_tensor(inputs[0], "input")
+
+
+@defop("local_response_norm", amp=FLOAT32, check=_lrn_check, before=_lrn_check)
 def local_response_norm(x, *, size, k, alpha, beta):
     """x / (k + alpha * s) ** beta, where s sums x ** 2 over the `size` channels centred on each
     one (axis 1; channels past either end count as 0). MegEngine does not divide alpha by
