@@ -7,8 +7,7 @@ from typing import Any
 
 from ..core.op_errors import bad_argument, require
 from ..core.ops import OPS
-from ..core.ops.checks import out_size
-from ..core.ops.nn import adaptive_window
+from ..core.ops.nn import adaptive_fit, adaptive_window
 from ..core.tensors import Tensor, apply
 from ._args import _ints, _pair, _t
 
@@ -45,10 +44,7 @@ def adaptive_avg_pool2d(x: Any, oshp: Any) -> Tensor:
     s = n // o and k = n - (o - 1) * s. Where o divides n they are PyTorch's bins too; `oshp`
     may not exceed the input's size (MegEngine crashes there)."""
     out = _pair(oshp)
-    shape = tuple(getattr(x, "shape", ()))
-    if len(shape) == 4 and any(not 1 <= o <= n for o, n in zip(out, shape[2:])):
-        raise bad_argument(f"adaptive_avg_pool2d: oshp={out} must lie between (1, 1) and the "
-                           f"input's spatial size {shape[2:]} (input shape {shape}).")
+    require("adaptive_avg_pool2d", x, out_shape=out)
     return apply(OPS["adaptive_avg_pool2d"], x, out_shape=out)
 
 
@@ -59,28 +55,26 @@ def adaptive_max_pool2d(x: Any, oshp: Any) -> Tensor:
     [i * s, i * s + k), with s = n // o and k = n - (o - 1) * s (a pooling window; bins may
     overlap). `oshp` may not exceed the input's size.
     """
+    # Its op is `max_pool2d`, over the window these bins make: `oshp` is no attribute of it, so
+    # the function checks the option against the input itself, by the rule adaptive average
+    # pooling's op applies (`adaptive_fit`).
     x = _t(x)
     if x.ndim != 4:
         raise bad_argument(f"adaptive_max_pool2d: needs an NCHW (4-d) input, got shape "
                            f"{x.shape}.")
     out = _ints("adaptive_max_pool2d", "oshp", oshp, 2)
-    if any(o < 1 or o > n for o, n in zip(out, x.shape[2:])):
-        raise bad_argument(f"adaptive_max_pool2d: oshp={out} must lie between (1, 1) and the "
-                           f"input's spatial size {x.shape[2:]} (input shape {x.shape}).")
+    if (found := adaptive_fit(x.shape, out)) is not None:
+        raise bad_argument(f"adaptive_max_pool2d: {found[1]}")
     kernel, stride = adaptive_window(x.shape[2:], out)
     return apply(OPS["max_pool2d"], x, kernel=kernel, stride=stride, padding=(0, 0))
 
 
 def _window_attrs(fn: str, kernel_size: Any, padding: Any, stride: Any,
                   dilation: Any) -> dict[str, tuple[int, ...]]:
-    attrs = {"kernel": _ints(fn, "kernel_size", kernel_size, 2),
-             "padding": _ints(fn, "padding", padding, 2), "stride": _ints(fn, "stride", stride, 2),
-             "dilation": _ints(fn, "dilation", dilation, 2)}
-    if min(attrs["kernel"] + attrs["stride"] + attrs["dilation"]) < 1 \
-            or min(attrs["padding"]) < 0:
-        raise bad_argument(f"{fn}: kernel_size, stride and dilation must be >= 1 and padding "
-                           f">= 0, got {attrs}.")
-    return attrs
+    """A sliding window's attributes as ints (their rules are the ops' checks)."""
+    return {"kernel": _ints(fn, "kernel_size", kernel_size, 2),
+            "padding": _ints(fn, "padding", padding, 2), "stride": _ints(fn, "stride", stride, 2),
+            "dilation": _ints(fn, "dilation", dilation, 2)}
 
 
 def sliding_window(x: Any, kernel_size: Any, padding: Any = 0, stride: Any = 1,
@@ -89,13 +83,7 @@ def sliding_window(x: Any, kernel_size: Any, padding: Any = 0, stride: Any = 1,
     kh, kw) tensor: MegEngine's `F.sliding_window` (im2col, PyTorch's `unfold`)."""
     x = _t(x)
     attrs = _window_attrs("sliding_window", kernel_size, padding, stride, dilation)
-    if x.ndim != 4:
-        raise bad_argument(f"sliding_window: needs an NCHW input, got shape {x.shape}.")
-    reach = [d * (k - 1) + 1 for d, k in zip(attrs["dilation"], attrs["kernel"])]
-    if any(n + 2 * p < r for n, p, r in zip(x.shape[2:], attrs["padding"], reach)):
-        raise bad_argument(f"sliding_window: the window {attrs['kernel']} (dilation "
-                           f"{attrs['dilation']}) is larger than the input's size "
-                           f"{x.shape[2:]} plus padding {attrs['padding']}.")
+    require("sliding_window", x, **attrs)
     return apply(OPS["sliding_window"], x, **attrs)
 
 
@@ -106,11 +94,5 @@ def sliding_window_transpose(x: Any, output_size: Any, kernel_size: Any, padding
     x = _t(x)
     attrs = _window_attrs("sliding_window_transpose", kernel_size, padding, stride, dilation)
     size = _ints("sliding_window_transpose", "output_size", output_size, 2)
-    windows = out_size(size, attrs["kernel"], attrs["stride"], attrs["padding"],
-                       attrs["dilation"])
-    want = (*x.shape[:2], *windows, *attrs["kernel"]) if x.ndim == 6 else None
-    if x.shape != want:
-        raise bad_argument(f"sliding_window_transpose: an output of size {size} has windows of "
-                           f"shape (N, C, {windows[0]}, {windows[1]}, {attrs['kernel'][0]}, "
-                           f"{attrs['kernel'][1]}), got an input of shape {x.shape}.")
+    require("sliding_window_transpose", x, size=size, **attrs)
     return apply(OPS["sliding_window_transpose"], x, size=size, **attrs)

@@ -7,11 +7,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
-from ..core.errors import OpTypeError
-from ..core.op_errors import bad_argument, number
+from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply
 from ._args import _ints, _pair, _t
@@ -38,11 +36,7 @@ def interpolate(x: Any, size: int | Sequence[int] | None = None,
     if mode == "nearest" and align_corners is not None:
         raise bad_argument("interpolate: align_corners applies to mode='bilinear' only; "
                            "leave it None for mode='nearest'.")
-    if x.ndim != 4:
-        raise bad_argument(f"interpolate: needs an NCHW input, got shape {x.shape}.")
-    if mode == "bilinear" and not jnp.issubdtype(x.dtype, jnp.floating):
-        raise bad_argument(f"interpolate: bilinear needs a float input, got dtype {x.dtype}; "
-                           "use x.astype('float32').", OpTypeError)
+    require("interpolate", x, mode=mode)
     return apply(OPS["interpolate"], x, size=_out_size(x.shape[2:], size, scale_factor),
                  mode=mode, align_corners=bool(align_corners))
 
@@ -67,10 +61,5 @@ def pixel_shuffle(x: Any, upscale_factor: int) -> Tensor:
     each group of r * r channels becomes an r x r block of pixels (PyTorch's order)."""
     x = _t(x)
     r = _ints("pixel_shuffle", "upscale_factor", upscale_factor, 1)[0]
-    if r < 1:
-        raise bad_argument(f"pixel_shuffle: upscale_factor must be >= 1, got {r}.")
-    if x.ndim < 3 or x.shape[-3] % (r * r):
-        raise bad_argument(f"pixel_shuffle: the input of shape {x.shape} needs at least 3 axes "
-                           f"and a channel count (axis -3) divisible by upscale_factor ** 2 = "
-                           f"{r * r}.")
+    require("pixel_shuffle", x, factor=r)
     return apply(OPS["pixel_shuffle"], x, factor=r)

@@ -77,6 +77,7 @@ IMAGE, ROIS = np.zeros((1, 2, 4, 4), F32), np.array([[0, 0, 0, 2, 2]], F32)
 ALIGN = {"output_shape": (2, 2), "sample_points": (2, 2)}
 PSROI = {"pooled": (3, 3), "part_size": 3, "samples": 2}
 TRANS = np.zeros((1, 2, 3, 3), F32)
+WINDOW = {"kernel": (2, 2), "padding": (0, 0), "stride": (1, 1), "dilation": (1, 1)}
 
 
 def _psroi(inp=IMAGE, trans=TRANS, **options):
@@ -131,6 +132,27 @@ CHECKED = [
      (np.zeros(3, F32),), {"size": 5}, OpArgumentError, r"needs an \(N, C, ...\) input"),
     (lambda: F.local_response_norm(IMAGE.astype(np.int32)), "local_response_norm",
      (IMAGE.astype(np.int32),), {"size": 5}, OpTypeError, "the input has dtype int32"),
+    # pooling, sliding windows and resizing
+    (lambda: F.adaptive_avg_pool2d(IMAGE, 5), "adaptive_avg_pool2d", (IMAGE,),
+     {"out_shape": (5, 5)}, OpArgumentError, r"oshp=\(5, 5\) must lie between \(1, 1\)"),
+    (lambda: F.sliding_window(IMAGE, 2, stride=0), "sliding_window", (IMAGE,),
+     {**WINDOW, "stride": (0, 0)}, OpArgumentError, "kernel_size, stride and dilation must be"),
+    (lambda: F.sliding_window(IMAGE[0], 2), "sliding_window", (IMAGE[0],), WINDOW,
+     OpArgumentError, "needs an NCHW input"),
+    (lambda: F.sliding_window(IMAGE, 2, dilation=4), "sliding_window", (IMAGE,),
+     {**WINDOW, "dilation": (4, 4)}, OpArgumentError, r"the window \(2, 2\) \(dilation \(4, 4"),
+    (lambda: F.sliding_window_transpose(np.zeros((1, 2, 3, 3, 2, 2), F32), 5, 2),
+     "sliding_window_transpose", (np.zeros((1, 2, 3, 3, 2, 2), F32),),
+     {**WINDOW, "size": (5, 5)}, OpArgumentError, r"an output of size \(5, 5\) has windows"),
+    (lambda: F.vision.interpolate(IMAGE[0], 8), "interpolate", (IMAGE[0],),
+     {"mode": "bilinear"}, OpArgumentError, "needs an NCHW input"),
+    (lambda: F.vision.interpolate(IMAGE.astype(np.int32), 8), "interpolate",
+     (IMAGE.astype(np.int32),), {"mode": "bilinear"}, OpTypeError,
+     "bilinear needs a float input, got dtype int32"),
+    (lambda: F.pixel_shuffle(IMAGE, 0), "pixel_shuffle", (IMAGE,), {"factor": 0},
+     OpArgumentError, "upscale_factor must be >= 1"),
+    (lambda: F.pixel_shuffle(IMAGE, 2), "pixel_shuffle", (IMAGE,), {"factor": 2},
+     OpArgumentError, r"the input of shape \(1, 2, 4, 4\) needs at least 3 axes"),
 ]
 
 

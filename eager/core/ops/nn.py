@@ -115,7 +115,18 @@ def _linear_taps(n_in, n_out, align_corners):
     return lo, np.minimum(lo + 1, n_in - 1), np.clip(src - lo, 0, 1)
 
 
-@defop("interpolate")
+def _interpolate_check(inputs: Sequence, attrs: dict) -> Found:
+    """An NCHW input, of floats for the bilinear mode (it mixes neighbours)."""
+    xs = dims(inputs[0])
+    if len(xs) != 4:
+        return OpArgumentError, f"needs an NCHW input, got shape {xs}."
+    if attrs["mode"] == "bilinear" and kind(inputs[0]) != "f":
+        return OpTypeError, (f"bilinear needs a float input, got dtype "
+                             f"{np.dtype(inputs[0].dtype)}; use x.astype('float32').")
+    return None
+
+
+@defop("interpolate", check=_interpolate_check, before=_interpolate_check)
 def interpolate(x, *, size, mode, align_corners):
     """Resize the last two axes of NCHW `x` to `size`, one axis at a time (both modes are
     separable); the taps are static numpy constants computed from the shapes, all in range
@@ -179,7 +190,22 @@ def adaptive_window(in_shape, out_shape):
     return tuple(n - (o - 1) * st for n, o, st in zip(in_shape, out_shape, stride)), stride
 
 
-@defop("adaptive_avg_pool2d")
+def adaptive_fit(xs: tuple, out: tuple) -> Found:
+    """An adaptive pooling's output size `out` for an NCHW input of shape `xs`: between 1 and
+    the input's spatial size (MegEngine crashes past it), as the bins' rule needs."""
+    if any(not 1 <= o <= n for o, n in zip(out, xs[2:])):
+        return OpArgumentError, (f"oshp={out} must lie between (1, 1) and the input's spatial "
+                                 f"size {xs[2:]} (input shape {xs}).")
+    return None
+
+
+def _adaptive_check(inputs: Sequence, attrs: dict) -> Found:
+    """The output size (an input not NCHW: jax's error says what is wrong)."""
+    xs = dims(inputs[0])
+    return adaptive_fit(xs, attrs["out_shape"]) if len(xs) == 4 else None
+
+
+@defop("adaptive_avg_pool2d", check=_adaptive_check, before=_adaptive_check)
 def adaptive_avg_pool2d(x, *, out_shape):
     """MegEngine's adaptive bins: along an axis of n values, output i averages
     [i * s, i * s + k), s = n // o, k = n - (o - 1) * s: a pooling window (bins may overlap;

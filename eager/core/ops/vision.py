@@ -16,11 +16,22 @@ from jax import lax
 
 from ..amp_policy import FLOAT32
 from ..errors import OpArgumentError
-from .checks import Found, dims, float_tensor
+from .checks import Found, dims, float_tensor, out_size
 from .registry import defop
 
 
-@defop("pixel_shuffle")
+def _shuffle_check(inputs: Sequence, attrs: dict) -> Found:
+    """Channels (axis -3) that form whole r x r blocks."""
+    r, xs = attrs["factor"], dims(inputs[0])
+    if r < 1:
+        return OpArgumentError, f"upscale_factor must be >= 1, got {r}."
+    if len(xs) < 3 or xs[-3] % (r * r):
+        return OpArgumentError, (f"the input of shape {xs} needs at least 3 axes and a channel "
+                                 f"count (axis -3) divisible by upscale_factor ** 2 = {r * r}.")
+    return None
+
+
+@defop("pixel_shuffle", check=_shuffle_check, before=_shuffle_check)
 def pixel_shuffle(x, *, factor):
     """(..., C * r * r, H, W) -> (..., C, H * r, W * r): channel c * r * r + i * r + j goes to
     row offset i and column offset j of output channel c (PyTorch's and MegEngine's order)."""
@@ -64,14 +75,56 @@ def _windows(x, kernel, padding, stride, dilation):
     return patches.reshape(n, c, *kernel, oh, ow).transpose(0, 1, 4, 5, 2, 3)
 
 
-@defop("sliding_window")
+_WINDOW = ("kernel", "padding", "stride", "dilation")
+
+
+def _window_rule(attrs: dict) -> Found:
+    if min(attrs["kernel"] + attrs["stride"] + attrs["dilation"]) < 1 \
+            or min(attrs["padding"]) < 0:
+        window = {k: attrs[k] for k in _WINDOW}
+        return OpArgumentError, (f"kernel_size, stride and dilation must be >= 1 and padding "
+                                 f">= 0, got {window}.")
+    return None
+
+
+def _sliding_check(inputs: Sequence, attrs: dict) -> Found:
+    """The window's attributes, then an NCHW input the (dilated) window fits in, padded."""
+    if (found := _window_rule(attrs)) is not None:
+        return found
+    xs = dims(inputs[0])
+    kernel, padding, dilation = attrs["kernel"], attrs["padding"], attrs["dilation"]
+    if len(xs) != 4:
+        return OpArgumentError, f"needs an NCHW input, got shape {xs}."
+    reach = [d * (k - 1) + 1 for d, k in zip(dilation, kernel)]
+    if any(n + 2 * p < r for n, p, r in zip(xs[2:], padding, reach)):
+        return OpArgumentError, (f"the window {kernel} (dilation {dilation}) is larger than the "
+                                 f"input's size {xs[2:]} plus padding {padding}.")
+    return None
+
+
+def _sliding_transpose_check(inputs: Sequence, attrs: dict) -> Found:
+    """The window's attributes, then the windows an output of `size` has."""
+    if (found := _window_rule(attrs)) is not None:
+        return found
+    xs, size, kernel = dims(inputs[0]), attrs["size"], attrs["kernel"]
+    windows = out_size(size, kernel, attrs["stride"], attrs["padding"], attrs["dilation"])
+    want = (*xs[:2], *windows, *kernel) if len(xs) == 6 else None
+    if xs != want:
+        return OpArgumentError, (f"an output of size {size} has windows of shape (N, C, "
+                                 f"{windows[0]}, {windows[1]}, {kernel[0]}, {kernel[1]}), got an "
+                                 f"input of shape {xs}.")
+    return None
+
+
+@defop("sliding_window", check=_sliding_check, before=_sliding_check)
 def sliding_window(x, *, kernel, padding, stride, dilation):
     """MegEngine's `F.sliding_window` (im2col): every window of NCHW `x`, zero-padded, as
     (N, C, OH, OW, kh, kw)."""
     return _windows(x, kernel, padding, stride, dilation)
 
 
-@defop("sliding_window_transpose")
+@defop("sliding_window_transpose", check=_sliding_transpose_check,
+       before=_sliding_transpose_check)
 def sliding_window_transpose(y, *, size, kernel, padding, stride, dilation):
     """The transpose of `sliding_window` (col2im): each window's values summed back onto the
     (N, C, *size) positions they were taken from."""
