@@ -21,9 +21,8 @@ import numpy as np
 
 from .. import random as _random
 from ..core.context import current as _current
-from ..core.errors import OpTypeError
-from ..core.index_checks import check_range, host_values
-from ..core.op_errors import bad_argument, number
+from ..core.index_checks import check_range
+from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply
 from ._args import _compute_mode, _t
@@ -87,18 +86,8 @@ def prelu(x: Any, weight: Any) -> Tensor:
     >>> F.prelu(eg.tensor([[-2.0, 3.0]]), eg.tensor([0.5, 0.1])).numpy().tolist()
     [[-1.0, 3.0]]
     """
-    size = int(np.prod(_shape(weight)))
-    x_shape = _shape(x)
-    channels = x_shape[1] if len(x_shape) >= 2 else 1
-    if size not in (1, channels):
-        raise bad_argument(
-            f"prelu: weight has {size} elements for an input of shape {x_shape}; give it 1 "
-            f"element or one per channel ({channels}, axis 1 of the input).")
+    require("prelu", x, weight)
     return apply(OPS["prelu"], x, weight)
-
-
-def _shape(v: Any) -> tuple[int, ...]:
-    return tuple(v.shape) if hasattr(v, "shape") else np.shape(v)
 
 
 # ----- softmax ---------------------------------------------------------------------------------
@@ -146,8 +135,7 @@ def dropout(x: Any, drop_prob: float, training: bool = True) -> Tensor:
     Draws from the framework generator (`eg.random`), so a captured dropout is bit-identical.
     """
     drop_prob = number(drop_prob, "drop_prob")
-    if not 0.0 <= drop_prob < 1.0:
-        raise bad_argument(f"dropout: drop_prob must be in [0, 1), got {drop_prob}.")
+    require("dropout", x, drop_prob=drop_prob)  # also where it returns x as it is
     if not training or drop_prob == 0.0:
         return x
     return apply(OPS["dropout"], x, _random.next_key(), drop_prob=drop_prob)
@@ -164,19 +152,13 @@ def embedding(x: Any, weight: Any) -> Tensor:
     is captured: an index in [-num_embeddings, -1] picks a row counted from the end, and any
     other out-of-range one gives a row of nan (whose gradient is dropped).
     """
+    require("embedding", x, weight)
+    # the indices' values, read on the host: in eager code only (a region's are abstract)
     if _current() is None and getattr(weight, "ndim", 0) >= 1:  # else apply says what is wrong
-        _check_rows(x, weight)
+        n = weight.shape[0]
+        check_range("embedding", x, n, "index",
+                    size=f"a table of {n} rows (weight shape {tuple(weight.shape)})")
     return apply(OPS["embedding"], x, weight)
-
-
-def _check_rows(x: Any, weight: Any) -> None:
-    host = host_values(x)
-    if host.dtype.kind not in "iu":
-        raise bad_argument(f"embedding: indices must be integers, got dtype {host.dtype}; "
-                           "convert them with .astype('int32').", OpTypeError)
-    n = weight.shape[0]
-    check_range("embedding", host, n, "index",
-                size=f"a table of {n} rows (weight shape {tuple(weight.shape)})")
 
 
 def indexing_one_hot(src: Any, index: Any, axis: int = 1, keepdims: bool = False) -> Tensor:
@@ -193,10 +175,7 @@ def one_hot(x: Any, num_classes: int, dtype: Any = "int32") -> Tensor:
     another: `F.one_hot(labels, 10, dtype="float32")` for a loss). A label outside
     [0, num_classes) raises `OpIndexError` in eager code (MegEngine aborts); in a compiled
     region its row is all zeros."""
-    kind = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
-    if kind.kind not in "iu":
-        raise bad_argument(f"one_hot: x must hold integer class indices, got dtype {kind}; "
-                           "convert it with .astype('int32').", OpTypeError)
+    require("one_hot", x)
     if int(num_classes) > 0:  # else the op says what is wrong with num_classes
         check_range("one_hot", x, int(num_classes), "label", size=f"{int(num_classes)} classes")
     return apply(OPS["one_hot"], x, num_classes=int(num_classes), dtype=np.dtype(dtype))

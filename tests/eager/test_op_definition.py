@@ -153,6 +153,18 @@ CHECKED = [
      OpArgumentError, "upscale_factor must be >= 1"),
     (lambda: F.pixel_shuffle(IMAGE, 2), "pixel_shuffle", (IMAGE,), {"factor": 2},
      OpArgumentError, r"the input of shape \(1, 2, 4, 4\) needs at least 3 axes"),
+    # neural-network layers
+    (lambda: F.dropout(eg.ones(3), 1.0), "dropout", (np.ones(3, F32),), {"drop_prob": 1.0},
+     OpArgumentError, r"drop_prob must be in \[0, 1\), got 1.0"),
+    (lambda: F.dropout(eg.ones(3), -0.5, training=False), "dropout", (np.ones(3, F32),),
+     {"drop_prob": -0.5}, OpArgumentError, "drop_prob must be in"),
+    (lambda: F.prelu(IMAGE, np.ones(3, F32)), "prelu", (IMAGE, np.ones(3, F32)), {},
+     OpArgumentError, r"weight has 3 elements for an input of shape \(1, 2, 4, 4\)"),
+    (lambda: F.embedding(np.array([0.0, 1.0]), np.ones((3, 2), F32)), "embedding",
+     (np.array([0.0, 1.0]), np.ones((3, 2), F32)), {}, OpTypeError,
+     "indices must be integers, got dtype float64"),
+    (lambda: F.one_hot(eg.tensor([0.5]), 3), "one_hot", (np.array([0.5], F32),), {},
+     OpTypeError, "x must hold integer class indices, got dtype float32"),
 ]
 
 

@@ -40,6 +40,19 @@ def dims(x: Any) -> tuple:
     return shape
 
 
+def dtype_of(x: Any) -> np.dtype:
+    """The dtype of a tensor or an array, or the one numpy gives a list or a number."""
+    dtype = getattr(x, "dtype", None)
+    return np.asarray(x).dtype if dtype is None else np.dtype(dtype)
+
+
+def integers(x: Any, text: str) -> Found:
+    """Integer indices or labels, where `x` (a tensor, or a list as numpy reads it) holds
+    anything else: an `OpTypeError` with `text`, which may name the `{dtype}` found."""
+    dtype = dtype_of(x)
+    return None if dtype.kind in "iu" else (OpTypeError, text.format(dtype=dtype))
+
+
 def kind(x: Any) -> str:
     """numpy's kind of `x`'s dtype ("f" for bfloat16 too, whose numpy kind is "V")."""
     if not hasattr(x, "dtype"):

@@ -6,7 +6,8 @@ gradient at the kink is PyTorch's: relu6 and hsigmoid give 0 at their corners, h
 of its middle piece, elu, selu and prelu the slope of their negative piece at 0.
 """
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,9 @@ from jax import lax
 from jax.scipy import special
 
 from ..amp_policy import FLOAT32
+from ..errors import OpArgumentError
 from . import lean_grads
+from .checks import Found, dims
 from .ragged_rules import ROWS, along
 from .reduction import vector_norm
 from .registry import defop
@@ -166,10 +169,21 @@ def selu(x):
     return _SELU_SCALE * _elu(x, _SELU_ALPHA)
 
 
-@defop("prelu", ragged=ROWS, quick=True)
+def _prelu_check(inputs: Sequence, attrs: dict) -> Found:
+    """A slope for every channel (axis 1), or one for all."""
+    xs, size = dims(inputs[0]), math.prod(dims(inputs[1]))
+    channels = xs[1] if len(xs) >= 2 else 1
+    if size not in (1, channels):
+        return OpArgumentError, (f"weight has {size} elements for an input of shape {xs}; give "
+                                 f"it 1 element or one per channel ({channels}, axis 1 of the "
+                                 "input).")
+    return None
+
+
+@defop("prelu", ragged=ROWS, quick=True, check=_prelu_check, before=_prelu_check)
 def prelu(x, weight):
     """x where x > 0, else weight * x; a weight with one element per channel applies along
-    axis 1 (the functional wrapper checks its size)."""
+    axis 1."""
     if weight.size == 1:
         w = weight.reshape(())
     else:

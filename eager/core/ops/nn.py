@@ -10,7 +10,7 @@ from jax import lax
 
 from ..amp_policy import FLOAT32, LOW
 from ..errors import OpArgumentError, OpTypeError
-from .checks import Found, dims, kind, missing, shape_of, window
+from .checks import Found, dims, integers, kind, missing, shape_of, window
 from .ragged_rules import ROWS, WIDE_ROWS, along, unless_reduced
 from .registry import defop
 
@@ -37,13 +37,19 @@ def _matmul_check(inputs: Sequence, attrs: dict) -> Found:
     return None
 
 
+def _embedding_before(inputs: Sequence, attrs: dict) -> Found:
+    """Integer indices (a float index would be cast silently); the weight's rank is explained
+    only after a failed call (a higher-rank table works)."""
+    return integers(inputs[0], "indices must be integers, got dtype {dtype}; convert them with "
+                               ".astype('int32').")
+
+
 def _embedding_check(inputs: Sequence, attrs: dict) -> Found:
     index, weight = inputs
     if (found := missing((index, weight), ("index", "weight"))) is not None:
         return found
-    if kind(index) not in "iu":
-        return OpTypeError, (f"the index is a {np.dtype(index.dtype)} tensor; embedding needs "
-                             "integer indices: convert it with .astype('int32').")
+    if (found := _embedding_before(inputs, attrs)) is not None:
+        return found
     if len(dims(weight)) != 2:
         return OpArgumentError, (f"the weight has shape {shape_of(weight)}; it must be 2-d "
                                  "(num_embeddings, dim).")
@@ -58,7 +64,7 @@ defop("softmax", ragged=along(inside=None), amp=FLOAT32)(
     lambda x, *, axis: jax.nn.softmax(x, axis=axis))
 defop("log_softmax", ragged=along(inside=None), amp=FLOAT32)(
     lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
-defop("embedding", ragged=ROWS, check=_embedding_check)(
+defop("embedding", ragged=ROWS, check=_embedding_check, before=_embedding_before)(
     lambda index, weight: jnp.take(weight, index, axis=0))
 
 
@@ -215,7 +221,13 @@ def adaptive_avg_pool2d(x, *, out_shape):
     return _window(x, np.array(0, x.dtype), lax.add, k, stride, (0, 0)) / (k[0] * k[1])
 
 
-@defop("dropout")
+def _dropout_check(inputs: Sequence, attrs: dict) -> Found:
+    """A probability the kept values can be scaled up by (1 / (1 - p))."""
+    p = attrs["drop_prob"]
+    return None if 0.0 <= p < 1.0 else (OpArgumentError, f"drop_prob must be in [0, 1), got {p}.")
+
+
+@defop("dropout", before=_dropout_check)
 def dropout(x, key, *, drop_prob):
     keep = jax.random.bernoulli(key, 1.0 - drop_prob, x.shape)
     return jnp.where(keep, x / (1.0 - drop_prob), jnp.zeros_like(x))

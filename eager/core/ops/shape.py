@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import OpArgumentError
-from .checks import Found, dims, shape_of
+from .checks import Found, dims, integers, shape_of
 from .ragged_rules import MASKED, ROWS, along, indexing
 from .registry import defop
 
@@ -44,7 +44,13 @@ defop("split", multi_output=True, ragged=_OTHER_AXES)(
     lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis)))
 defop("tile")(lambda x, *, reps: jnp.tile(x, reps))
 defop("repeat", ragged=_OTHER_AXES)(lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
-defop("one_hot", differentiable=False, ragged=ROWS)(
+def _one_hot_check(inputs: Sequence, attrs: dict) -> Found:
+    """Integer class indices: jax would compare floats with the classes silently."""
+    return integers(inputs[0], "x must hold integer class indices, got dtype {dtype}; convert "
+                               "it with .astype('int32').")
+
+
+defop("one_hot", differentiable=False, ragged=ROWS, before=_one_hot_check)(
     lambda x, *, num_classes, dtype: jax.nn.one_hot(x, num_classes, dtype=dtype)
 )
 
