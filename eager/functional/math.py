@@ -16,12 +16,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from ..core import ragged_forms
 from ..core.errors import OpTypeError
-from ..core.op_errors import bad_argument, number
+from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
 from ..core.tensor_methods import axis_arg
 from ..core.tensors import Tensor, apply
@@ -101,13 +100,6 @@ def normalize(x: Any, ord: float | None = 2, axis: Any = None, eps: float = 1e-1
 
 
 # ----- sorting and top-k along the last axis --------------------------------------------------
-def _last_axis(fn: str, x: Tensor) -> int:
-    if x.ndim == 0:
-        raise bad_argument(f"{fn}: needs at least one axis (it works along the last one), got "
-                           "a 0-d tensor; reshape it to (1,) first.")
-    return x.shape[-1]
-
-
 def sort(x: Any, descending: bool = False) -> tuple[Tensor, Tensor]:
     """(values, int32 indices) sorted along the last axis; ties keep their order.
 
@@ -116,7 +108,7 @@ def sort(x: Any, descending: bool = False) -> tuple[Tensor, Tensor]:
     [[3.0, 2.0, 1.0], [0, 2, 1]]
     """
     x = _t(x)
-    _last_axis("sort", x)
+    require("sort", x)  # the op's rule, whether the op or a ragged form sorts
     if ragged_forms.ragged_rows(x):
         return ragged_forms.order(x, descending)
     return apply(OPS["sort"], x, descending=bool(descending))
@@ -125,7 +117,7 @@ def sort(x: Any, descending: bool = False) -> tuple[Tensor, Tensor]:
 def argsort(x: Any, descending: bool = False) -> Tensor:
     """The int32 indices that sort `x` along the last axis (stable)."""
     x = _t(x)
-    _last_axis("argsort", x)
+    require("argsort", x)
     if ragged_forms.ragged_rows(x):
         return ragged_forms.order(x, descending)[1]
     return apply(OPS["argsort"], x, descending=bool(descending))
@@ -149,7 +141,8 @@ def topk(x: Any, k: Any, descending: bool = True, kth_only: bool = False,
     [[1.0, 2.0], [2, 0]]
     """
     x = _t(x)
-    n = _last_axis("topk", x)
+    require("topk", x)
+    n = x.shape[-1]
     counted = ragged_forms.counted(k)
     if isinstance(k, Tensor) and k.size == 1 and np.dtype(k.dtype).kind in "iu":
         k = k.item()
@@ -166,30 +159,11 @@ def topk(x: Any, k: Any, descending: bool = True, kth_only: bool = False,
 
 
 # ----- products and linear algebra -------------------------------------------------------------
-def _floating(fn: str, x: Tensor) -> None:
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise bad_argument(f"{fn}: needs a floating-point tensor, got dtype {x.dtype}; convert "
-                           "it with .astype('float32').", OpTypeError)
-
-
-def _matrices(fn: str, x: Tensor) -> None:
-    if x.ndim < 2:
-        raise bad_argument(f"{fn}: needs a matrix or a batch of them (..., M, N), got shape "
-                           f"{x.shape}.")
-    _floating(fn, x)
-
-
 def dot(inp1: Any, inp2: Any) -> Tensor:
     """The inner product of two vectors of the same length (or two scalars): a 0-d tensor.
     For matrices use `matmul`."""
     a, b = _t(inp1), _t(inp2)
-    for name, v in (("inp1", a), ("inp2", b)):
-        if v.ndim > 1:
-            raise bad_argument(f"dot: {name} must be 1-d or 0-d, got shape {v.shape}; use "
-                               "F.matmul for matrices.")
-    if a.shape != b.shape:
-        raise bad_argument(f"dot: inp1 of shape {a.shape} and inp2 of shape {b.shape} must have "
-                           "the same shape.")
+    require("dot", a, b)
     return apply(OPS["dot"], a, b)
 
 
@@ -197,9 +171,7 @@ def matinv(inp: Any) -> Tensor:
     """The inverse of a square matrix, or of each in a batch (..., n, n). A singular matrix
     gives inf or nan entries (MegEngine aborts)."""
     x = _t(inp)
-    _matrices("matinv", x)
-    if x.shape[-1] != x.shape[-2]:
-        raise bad_argument(f"matinv: needs square matrices (..., n, n), got shape {x.shape}.")
+    require("matinv", x)
     return apply(OPS["matinv"], x)
 
 
@@ -212,7 +184,7 @@ def svd(inp: Any, full_matrices: bool = False, compute_uv: bool = True
     unique up to sign: compare U @ diag(S) @ Vh, not U itself, across frameworks.
     """
     x = _t(inp)
-    _matrices("svd", x)
+    require("svd", x)
     out = apply(OPS["svd"], x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
     return out if compute_uv else out[0]
 
@@ -242,31 +214,8 @@ def einsum(subscripts: str, *operands: Any) -> Tensor:
         raise bad_argument(f"einsum: subscripts must be a string like 'ij,jk->ik', got "
                            f"{type(subscripts).__name__}.", OpTypeError)
     subscripts = subscripts.replace(" ", "")
-    _check_einsum(subscripts, [getattr(o, "shape", np.shape(o)) for o in operands])
+    require("einsum", *operands, subscripts=subscripts)
     return apply(OPS["einsum"], *operands, subscripts=subscripts)
-
-
-def _check_einsum(subscripts: str, shapes: list[tuple[int, ...]]) -> None:
-    """Raise `OpArgumentError` unless each operand's rank and sizes fit its term of `subscripts`
-    (a label's sizes must agree, or be 1 and broadcast)."""
-    terms = subscripts.partition("->")[0].split(",")
-    if len(terms) != len(shapes):
-        raise bad_argument(f"einsum: {subscripts!r} names {len(terms)} operands, got "
-                           f"{len(shapes)} (shapes {shapes}).")
-    sizes: dict[str, int] = {}
-    for i, (term, shape) in enumerate(zip(terms, shapes)):
-        head, dots, tail = term.partition("...")
-        fits = len(shape) >= len(head + tail) if dots else len(shape) == len(term)
-        if not fits:
-            raise bad_argument(f"einsum: term {term!r} of {subscripts!r} does not fit operand "
-                               f"{i} of shape {tuple(shape)} (its number of axes differs).")
-        dims = list(zip(head, shape)) + list(zip(tail, shape[len(shape) - len(tail):]))
-        for label, n in dims:
-            seen = sizes.setdefault(label, n)
-            if seen != n and 1 not in (seen, n):
-                raise bad_argument(f"einsum: label {label!r} of {subscripts!r} has size {n} "
-                                   f"in operand {i} (shape {tuple(shape)}) but {seen} before.")
-            sizes[label] = builtins.max(seen, n)
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.op_errors import bad_argument
+from ..core.op_errors import require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply
 from ._args import _is_int, _t
@@ -28,13 +28,8 @@ def topk_accuracy(logits: Any, target: Any, topk: int | Iterable[int] = 1
     [0.0, 1.0]
     """
     x, y = _t(logits), _t(target)
-    if x.ndim != 2 or y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise bad_argument(f"topk_accuracy: needs logits (N, C) and target (N,), got shapes "
-                           f"{x.shape} and {y.shape}.")
+    require("topk_accuracy", x, y, topk=topk)  # as the user spells it, for the message
     ks = (topk,) if _is_int(topk) else tuple(topk)
-    if not ks or not all(_is_int(k) and 1 <= k <= x.shape[1] for k in ks):
-        raise bad_argument(f"topk_accuracy: topk must be an int or ints in [1, {x.shape[1]}] "
-                           f"(the classes of logits of shape {x.shape}), got {topk!r}.")
     accs = list(apply(OPS["topk_accuracy"], x, y, topk=tuple(int(k) for k in ks)))
     return accs[0] if len(accs) == 1 else accs
 

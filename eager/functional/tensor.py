@@ -31,7 +31,7 @@ from ..core.creation import (  # defined once, for `eg.zeros` and `F.zeros` alik
 from ..core.errors import OpTypeError
 from ..core.index_checks import check_range
 from ..core.indexing import mask_indices
-from ..core.op_errors import bad_argument
+from ..core.op_errors import bad_argument, require
 from ..core.ops import OPS
 from ..core.tensor_methods import shape_arg
 from ..core.tensors import Tensor, apply
@@ -177,23 +177,17 @@ def cumprod(x: Any, axis: int) -> Tensor:
     return apply(OPS["cumprod"], x, axis=_axis("cumprod", x, axis))
 
 
-def _matrix(fn: str, x: Any) -> Tensor:
-    x = _t(x)
-    if x.ndim < 2:
-        raise bad_argument(f"{fn}: needs a matrix (or a batch of them, the last two axes), "
-                           f"got shape {x.shape}.")
-    return x
-
-
 def tril(x: Any, k: int = 0) -> Tensor:
     """The lower triangle of the last two axes: entries above diagonal `k` become 0 (k > 0
     keeps diagonals above the main one)."""
-    return apply(OPS["tril"], _matrix("tril", x), k=int(k))
+    require("tril", x)
+    return apply(OPS["tril"], x, k=int(k))
 
 
 def triu(x: Any, k: int = 0) -> Tensor:
     """The upper triangle of the last two axes: entries below diagonal `k` become 0."""
-    return apply(OPS["triu"], _matrix("triu", x), k=int(k))
+    require("triu", x)
+    return apply(OPS["triu"], x, k=int(k))
 
 
 # ----- diagonals, rolls, axis swaps and grids -----------------------------------------------------
@@ -218,12 +212,7 @@ def diag(inp: Any, k: int = 0) -> Tensor:
     x = _t(inp)
     if not _is_int(k):
         raise bad_argument(f"diag: k must be an int, got {k!r}.", OpTypeError)
-    if x.ndim > 2:
-        raise bad_argument(f"diag: inp must be 1-d (to build a matrix) or 2-d (to read a "
-                           f"diagonal), got shape {x.shape}.")
-    if x.ndim == 2 and not -x.shape[0] < k < x.shape[1]:
-        raise bad_argument(f"diag: a matrix of shape {x.shape} has no diagonal k={k}; k must be "
-                           f"in [{1 - x.shape[0]}, {x.shape[1] - 1}].")
+    require("diag", x, k=int(k))
     return apply(OPS["diag"], x, k=int(k))
 
 
@@ -284,15 +273,8 @@ def meshgrid(*inputs: Any, indexing: str = "xy") -> tuple[Tensor, ...]:
     """
     if indexing not in ("xy", "ij"):
         raise bad_argument(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}.")
-    if not inputs:
-        raise bad_argument("meshgrid: needs at least one 1-d tensor.")
     xs = [_t(x) for x in inputs]
-    for i, x in enumerate(xs):
-        if x.ndim > 1:
-            raise bad_argument(f"meshgrid: input {i} must be 1-d, got shape {x.shape}.")
-        if x.dtype != xs[0].dtype:
-            raise bad_argument(f"meshgrid: the inputs must share one dtype, got {xs[0].dtype} "
-                               f"(input 0) and {x.dtype} (input {i}).", OpTypeError)
+    require("meshgrid", *xs, indexing=indexing)
     return apply(OPS["meshgrid"], *xs, indexing=indexing)
 
 
@@ -315,9 +297,7 @@ def nonzero(x: Any, as_tuple: bool = False) -> Tensor | tuple[Tensor, ...]:
     [[0, 1], [1, 0]]
     """
     x = _t(x)
-    if x.ndim == 0:
-        raise bad_argument("nonzero: needs at least one axis, got a 0-d tensor; reshape it "
-                           "to (1,) first.")
+    require("nonzero", x)  # the op's rule, whether the op or a ragged selection computes it
     if _ragged.enabled():
         coords = mask_indices(apply(OPS["not_equal"], x, 0), "F.nonzero() (its output size "
                               "is a count of the input's values)")
@@ -337,12 +317,7 @@ def cond_take(mask: Any, x: Any) -> tuple[Tensor, Tensor]:
     ([1.0, 4.0], [0, 3])
     """
     mask, x = _t(mask), _t(x)
-    if mask.dtype != np.bool_:
-        raise bad_argument(f"cond_take: mask must be a bool tensor, got dtype {mask.dtype}; "
-                           "compare first (e.g. x > 0) or use mask.astype('bool').", OpTypeError)
-    if mask.shape != x.shape:
-        raise bad_argument(f"cond_take: mask of shape {mask.shape} must have the shape of x, "
-                           f"{x.shape}.")
+    require("cond_take", mask, x)  # the op's rule, whether the op or a ragged selection runs
     if _ragged.enabled():
         (index,) = mask_indices(apply(OPS["reshape"], mask, shape=(-1,)), "F.cond_take() (its "
                                 "output size is a count of the input's values)")

@@ -59,13 +59,39 @@ def _embedding_check(inputs: Sequence, attrs: dict) -> Found:
 # ragged=ROWS: a ragged axis 0 is a batch (row) axis; a call that contracts over it fails
 # ragged_dispatch.py's shape check and runs on the exact arrays.
 defop("matmul", ragged=ROWS, amp=LOW, check=_matmul_check)(jnp.matmul)
-defop("einsum", amp=LOW)(lambda *xs, subscripts: jnp.einsum(subscripts, *xs))
 defop("softmax", ragged=along(inside=None), amp=FLOAT32)(
     lambda x, *, axis: jax.nn.softmax(x, axis=axis))
 defop("log_softmax", ragged=along(inside=None), amp=FLOAT32)(
     lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
 defop("embedding", ragged=ROWS, check=_embedding_check, before=_embedding_before)(
     lambda index, weight: jnp.take(weight, index, axis=0))
+
+
+def _einsum_check(inputs: Sequence, attrs: dict) -> Found:
+    """Each operand's rank fits its term of the subscripts (an ellipsis takes any number of
+    axes), and a label's sizes agree or are 1 (and broadcast)."""
+    subscripts, shapes = attrs["subscripts"], [dims(x) for x in inputs]
+    terms = subscripts.partition("->")[0].split(",")
+    if len(terms) != len(shapes):
+        return OpArgumentError, (f"{subscripts!r} names {len(terms)} operands, got "
+                                 f"{len(shapes)} (shapes {shapes}).")
+    sizes: dict[str, int] = {}
+    for i, (term, shape) in enumerate(zip(terms, shapes)):
+        head, dots, tail = term.partition("...")
+        if not (len(shape) >= len(head + tail) if dots else len(shape) == len(term)):
+            return OpArgumentError, (f"term {term!r} of {subscripts!r} does not fit operand {i} "
+                                     f"of shape {shape} (its number of axes differs).")
+        for label, n in [*zip(head, shape), *zip(tail, shape[len(shape) - len(tail):])]:
+            seen = sizes.setdefault(label, n)
+            if seen != n and 1 not in (seen, n):
+                return OpArgumentError, (f"label {label!r} of {subscripts!r} has size {n} in "
+                                         f"operand {i} (shape {shape}) but {seen} before.")
+            sizes[label] = max(seen, n)
+    return None
+
+
+defop("einsum", amp=LOW, check=_einsum_check, before=_einsum_check)(
+    lambda *xs, subscripts: jnp.einsum(subscripts, *xs))
 
 
 def _linear_check(inputs: Sequence, attrs: dict) -> Found:

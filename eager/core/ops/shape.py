@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import OpArgumentError
-from .checks import Found, dims, integers, shape_of
+from ..errors import OpArgumentError, OpTypeError
+from .checks import Found, dims, dtype_of, integers, shape_of
 from .ragged_rules import MASKED, ROWS, along, indexing
 from .registry import defop
 
@@ -134,8 +134,20 @@ def setitem(x, value, *index, spec):
     return x.at[_build_index(spec, index)].set(jnp.asarray(value, dtype=x.dtype))
 
 
-defop("tril", ragged=ROWS)(lambda x, *, k: jnp.tril(x, k))
-defop("triu", ragged=ROWS)(lambda x, *, k: jnp.triu(x, k))
+
+
+def _matrix_check(inputs: Sequence, attrs: dict) -> Found:
+    xs = dims(inputs[0])
+    if len(xs) < 2:
+        return OpArgumentError, (f"needs a matrix (or a batch of them, the last two axes), got "
+                                 f"shape {xs}.")
+    return None
+
+
+defop("tril", ragged=ROWS, check=_matrix_check, before=_matrix_check)(
+    lambda x, *, k: jnp.tril(x, k))
+defop("triu", ragged=ROWS, check=_matrix_check, before=_matrix_check)(
+    lambda x, *, k: jnp.triu(x, k))
 
 # Data-dependent output sizes: the functional wrapper reads the count (one value read) and passes
 # it as the static `size`, so each op compiles once per distinct count.
@@ -144,7 +156,15 @@ defop("count_nonzero", differentiable=False)(
 )
 
 
-@defop("nonzero", differentiable=False, multi_output=True)
+def _nonzero_check(inputs: Sequence, attrs: dict) -> Found:
+    if not dims(inputs[0]):  # a coordinate needs an axis
+        return OpArgumentError, ("needs at least one axis, got a 0-d tensor; reshape it to (1,) "
+                                 "first.")
+    return None
+
+
+@defop("nonzero", differentiable=False, multi_output=True, check=_nonzero_check,
+       before=_nonzero_check)
 def nonzero(x, *, size, as_tuple):
     """The int32 coordinates of the first `size` nonzero elements, in row-major order: one array
     per axis, or (as_tuple=False) a 1-tuple holding them as the columns of a (size, ndim) array."""
@@ -152,7 +172,18 @@ def nonzero(x, *, size, as_tuple):
     return coords if as_tuple else (jnp.stack(coords, axis=1),)
 
 
-@defop("cond_take", nondiff_outputs=(1,))
+def _cond_take_check(inputs: Sequence, attrs: dict) -> Found:
+    """A bool mask of x's shape (jax would take any other silently: nonzero, or flattened)."""
+    mask, x = inputs
+    if dtype_of(mask) != np.bool_:
+        return OpTypeError, (f"mask must be a bool tensor, got dtype {dtype_of(mask)}; compare "
+                             "first (e.g. x > 0) or use mask.astype('bool').")
+    if dims(mask) != dims(x):
+        return OpArgumentError, f"mask of shape {dims(mask)} must have the shape of x, {dims(x)}."
+    return None
+
+
+@defop("cond_take", nondiff_outputs=(1,), before=_cond_take_check)
 def cond_take(mask, x, *, size):
     """The elements of `x` where `mask` holds (row-major) and their flat int32 positions."""
     idx = jnp.flatnonzero(mask, size=size).astype(jnp.int32)

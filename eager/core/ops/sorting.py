@@ -7,10 +7,14 @@ dtype) and carry no gradient. Ties keep their input order everywhere: sort and a
 stable, and `lax.top_k` puts the lower index first.
 """
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
 from jax import lax
 
 from ..amp_policy import FLOAT32
+from ..errors import OpArgumentError
+from .checks import Found, dims
 from .ragged_rules import ROWS, along
 from .registry import defop
 
@@ -20,17 +24,26 @@ def _last_axis(attrs, ndim):
     return ROWS if ndim >= 2 else None
 
 
+def _axis_check(inputs: Sequence, attrs: dict) -> Found:
+    if not dims(inputs[0]):
+        return OpArgumentError, ("needs at least one axis (it works along the last one), got a "
+                                 "0-d tensor; reshape it to (1,) first.")
+    return None
+
+
 def _order(x, descending):
     return jnp.argsort(x, axis=-1, stable=True, descending=descending).astype(jnp.int32)
 
 
-@defop("sort", nondiff_outputs=(1,), ragged=_last_axis)
+@defop("sort", nondiff_outputs=(1,), ragged=_last_axis, check=_axis_check,
+       before=_axis_check)
 def sort(x, *, descending):
     idx = _order(x, descending)
     return jnp.take_along_axis(x, idx, axis=-1), idx
 
 
-defop("argsort", differentiable=False, ragged=_last_axis)(
+defop("argsort", differentiable=False, ragged=_last_axis, check=_axis_check,
+      before=_axis_check)(
     lambda x, *, descending: _order(x, descending))
 
 
@@ -45,7 +58,8 @@ def _key(x, descending):
     return -x if jnp.issubdtype(x.dtype, jnp.inexact) else ~x
 
 
-@defop("topk", nondiff_outputs=(1,), ragged=_last_axis)
+@defop("topk", nondiff_outputs=(1,), ragged=_last_axis, check=_axis_check,
+       before=_axis_check)
 def topk(x, *, k, descending, kth_only):
     _, idx = lax.top_k(_key(x, descending), k)
     idx = idx.astype(jnp.int32)
