@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 
 from ..core.context import current
-from ..core.errors import OpTypeError
 from ..core.index_checks import check_range, host_values
-from ..core.op_errors import bad_argument, number
+from ..core.op_errors import bad_argument, number, require
 from ..core.ops import OPS
 from ..core.tensors import Tensor, apply
 from ._args import _t
@@ -50,17 +49,17 @@ def _int_labels(fn: str, label: Any) -> Any:
     return label.astype("int32") if isinstance(label, Tensor) else np.asarray(label, "int32")
 
 
-def _check_labels(fn: str, pred: Any, label: Any, axis: int) -> int:
-    """Raise OpIndexError if an integer class label lies outside [0, C), C = pred.shape[axis];
-    return `axis`. Eager code only: while a region is captured the labels are abstract.
+def _labels_in_range(fn: str, pred: Any, label: Any, axis: int) -> int:
+    """Raise the op's error for an axis that is not pred's, then OpIndexError if an integer
+    class label lies outside [0, C), C = pred.shape[axis]; return `axis`. The labels' values
+    are checked in eager code only: while a region is captured they are abstract.
 
     The labels are read on the host, not reduced on the device together with the loss: labels
     that came from numpy cost a numpy min/max, and a device array is read once (jax keeps the
     host copy), so the check never waits for the loss computation itself.
     """
+    require(fn, pred, label, axis=axis)
     shape = tuple(pred.shape) if hasattr(pred, "shape") else np.shape(pred)
-    if not -len(shape) <= axis < len(shape):
-        raise bad_argument(f"{fn}: axis {axis} is out of range for pred of shape {shape}.")
     n = shape[axis]
     check_range(fn, label, n, "class label",
                 size=f"{n} classes (axis {axis} of pred, shape {shape})")
@@ -82,7 +81,7 @@ def cross_entropy(pred: Any, label: Any, axis: int = 1, with_logits: bool = True
     sample's logits get a zero gradient, so training goes on silently apart from the nan loss.
     """
     label = _int_labels("cross_entropy", label)
-    axis = _check_labels("cross_entropy", pred, label, int(axis))
+    axis = _labels_in_range("cross_entropy", pred, label, int(axis))
     return apply(OPS["cross_entropy"], pred, label, axis=axis, with_logits=bool(with_logits),
                  label_smooth=number(label_smooth, "label_smooth"),
                  reduction=_check(reduction, "cross_entropy"))
@@ -95,7 +94,7 @@ def nll_loss(pred: Any, label: Any, axis: int = 1, reduction: str = "mean") -> T
     region a label in [-C, -1] counts from the end and any other one gives nan).
     """
     label = _int_labels("nll_loss", label)
-    axis = _check_labels("nll_loss", pred, label, int(axis))
+    axis = _labels_in_range("nll_loss", pred, label, int(axis))
     return apply(OPS["nll_loss"], pred, label, axis=axis,
                  reduction=_check(reduction, "nll_loss"))
 
@@ -148,10 +147,7 @@ def hinge_loss(pred: Any, label: Any, norm: str = "L1", reduction: str = "mean")
     kind = str(norm).upper()
     if kind not in ("L1", "L2"):
         raise bad_argument(f"hinge_loss: norm must be 'L1' or 'L2', got {norm!r}.")
-    ndim = len(pred.shape) if hasattr(pred, "shape") else np.ndim(pred)
-    if ndim < 2:
-        raise bad_argument(f"hinge_loss: pred must have shape (N, C), got {ndim} axes; "
-                           "reshape a single sample to (1, C).")
+    require("hinge_loss", pred, label)
     return apply(OPS["hinge_loss"], pred, label, squared=kind == "L2",
                  reduction=_check(reduction, "hinge_loss"))
 
@@ -181,7 +177,7 @@ def ctc_loss(pred: Any, pred_lengths: Any, label: Any, label_lengths: Any, blank
     pred, pred_lengths, label, label_lengths = (
         _t(v) for v in (pred, pred_lengths, label, label_lengths))
     _check(reduction, "ctc_loss")
-    _check_shapes(pred, pred_lengths, label, label_lengths, int(blank))
+    require("ctc_loss", pred, pred_lengths, label, label_lengths, blank=int(blank))
     width = label.shape[-1] if label.ndim == 2 else label.size
     if current() is None:
         width = _check_values(pred, pred_lengths, label, label_lengths)
@@ -189,33 +185,13 @@ def ctc_loss(pred: Any, pred_lengths: Any, label: Any, label_lengths: Any, blank
                  width=int(width), reduction=reduction)
 
 
-def _check_shapes(pred: Tensor, pred_lengths: Tensor, label: Tensor, label_lengths: Tensor,
-                  blank: int) -> None:
-    if pred.ndim != 3 or np.dtype(pred.dtype).kind not in "fV":
-        raise bad_argument(f"ctc_loss: pred must be a float (T, N, C) tensor of probabilities, "
-                           f"got shape {pred.shape} dtype {np.dtype(pred.dtype)}.")
-    _, n, c = pred.shape
-    for value, name in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths"),
-                        (label, "label")):
-        if np.dtype(value.dtype).kind not in "iu":
-            raise bad_argument(f"ctc_loss: {name} must hold integers, got dtype "
-                               f"{np.dtype(value.dtype)}; convert it with .astype('int32').",
-                               OpTypeError)
-    for value, name in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths")):
-        if value.ndim != 1 or value.shape[0] != n:
-            raise bad_argument(f"ctc_loss: {name} must have shape ({n},), one length per "
-                               f"sample of pred {pred.shape}; got {value.shape}.")
-    if not (label.ndim == 1 or (label.ndim == 2 and label.shape[0] == n)):
-        raise bad_argument(f"ctc_loss: label must be (N, S) with N = {n}, or 1-d (the labels "
-                           f"concatenated); got shape {label.shape}.")
-    if not 0 <= blank < c:
-        raise bad_argument(f"ctc_loss: blank={blank} must be a class of pred {pred.shape}, "
-                           f"in [0, {c}).")
-
-
 def _check_values(pred: Tensor, pred_lengths: Tensor, label: Tensor,
                   label_lengths: Tensor) -> int:
-    """Check lengths and labels on the host; return the width of the widest label."""
+    """Check lengths and labels on the host; return the width of the widest label.
+
+    Not the op's check: it reads the values, which a region has only as abstract arrays (a
+    check there would end the region or read nothing), and the width it returns is the op's
+    static attribute, which a 1-d label's values decide."""
     t, _, c = pred.shape
     frames, lengths = host_values(pred_lengths), host_values(label_lengths)
     if frames.size and (frames.min() < 1 or frames.max() > t):

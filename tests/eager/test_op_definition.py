@@ -77,6 +77,8 @@ IMAGE, ROIS = np.zeros((1, 2, 4, 4), F32), np.array([[0, 0, 0, 2, 2]], F32)
 ALIGN = {"output_shape": (2, 2), "sample_points": (2, 2)}
 PSROI = {"pooled": (3, 3), "part_size": 3, "samples": 2}
 TRANS = np.zeros((1, 2, 3, 3), F32)
+CTC = (np.full((5, 2, 4), 0.25, F32), np.array([5, 4], np.int32),
+       np.array([[1, 2], [3, 1]], np.int32), np.array([2, 1], np.int32))
 WINDOW = {"kernel": (2, 2), "padding": (0, 0), "stride": (1, 1), "dilation": (1, 1)}
 
 
@@ -214,6 +216,29 @@ CHECKED = [
     (lambda: F.topk_accuracy(np.ones((2, 3), F32), np.zeros(2, np.int32), [1, 4]),
      "topk_accuracy", (np.ones((2, 3), F32), np.zeros(2, np.int32)), {"topk": [1, 4]},
      OpArgumentError, r"topk must be an int or ints in \[1, 3\] .*, got \[1, 4\]"),
+    # losses
+    (lambda: F.cross_entropy(np.ones((2, 3), F32), np.zeros(2, np.int32), axis=2),
+     "cross_entropy", (np.ones((2, 3), F32), np.zeros(2, np.int32)), {"axis": 2},
+     OpArgumentError, r"axis 2 is out of range for pred of shape \(2, 3\)"),
+    (lambda: F.nll_loss(np.ones((2, 3), F32), np.zeros(2, np.int32), axis=-3), "nll_loss",
+     (np.ones((2, 3), F32), np.zeros(2, np.int32)), {"axis": -3}, OpArgumentError,
+     "axis -3 is out of range"),
+    (lambda: F.hinge_loss(np.ones(3, F32), np.ones(3, F32)), "hinge_loss",
+     (np.ones(3, F32), np.ones(3, F32)), {}, OpArgumentError,
+     r"pred must have shape \(N, C\), got 1 axes"),
+    (lambda: F.ctc_loss(*CTC[:1], np.ones(2, F32), *CTC[2:]), "ctc_loss",
+     (CTC[0], np.ones(2, F32), *CTC[2:]), {"blank": 0}, OpTypeError,
+     "pred_lengths must hold integers, got dtype float32"),
+    (lambda: F.ctc_loss(CTC[0][:, :1], *CTC[1:]), "ctc_loss", (CTC[0][:, :1], *CTC[1:]),
+     {"blank": 0}, OpArgumentError, r"pred_lengths must have shape \(1,\), one length"),
+    (lambda: F.ctc_loss(*CTC[:2], CTC[2][:1], CTC[3]), "ctc_loss",
+     (*CTC[:2], CTC[2][:1], CTC[3]), {"blank": 0}, OpArgumentError,
+     r"label must be \(N, S\) with N = 2"),
+    (lambda: F.ctc_loss(*CTC, blank=4), "ctc_loss", CTC, {"blank": 4}, OpArgumentError,
+     r"blank=4 must be a class of pred \(5, 2, 4\)"),
+    (lambda: F.ctc_loss(CTC[0].astype(np.int32), *CTC[1:]), "ctc_loss",
+     (CTC[0].astype(np.int32), *CTC[1:]), {"blank": 0}, OpArgumentError,
+     r"pred must be a float \(T, N, C\) tensor"),
 ]
 
 

@@ -7,10 +7,15 @@ path has reached yet hold log(tiny) rather than -inf, as in MegEngine: the loss 
 cannot fit in the frames is large but finite, and no gradient is nan.
 """
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..amp_policy import FLOAT32
+from ..errors import OpArgumentError
+from .checks import Found, dims, integers, kind
 from .registry import defop
 
 
@@ -51,7 +56,35 @@ def _step(skip, floor):
     return step
 
 
-@defop("ctc_loss", amp=FLOAT32)
+def _ctc_check(inputs: Sequence, attrs: dict) -> Found:
+    """pred (T, N, C) of floats; integer lengths, one per sample; an (N, S) or concatenated
+    1-d label; a blank among the C classes. (The values, read on the host, are the functional
+    wrapper's to check, in eager code.)"""
+    pred, pred_lengths, label, label_lengths = inputs
+    ps = dims(pred)
+    if len(ps) != 3 or kind(pred) != "f":
+        return OpArgumentError, (f"pred must be a float (T, N, C) tensor of probabilities, got "
+                                 f"shape {ps} dtype {np.dtype(pred.dtype)}.")
+    _, n, c = ps
+    for value, name in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths"),
+                        (label, "label")):
+        if (found := integers(value, f"{name} must hold integers, got dtype {{dtype}}; convert "
+                                     "it with .astype('int32').")) is not None:
+            return found
+    for value, name in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths")):
+        if dims(value) != (n,):
+            return OpArgumentError, (f"{name} must have shape ({n},), one length per sample of "
+                                     f"pred {ps}; got {dims(value)}.")
+    ls, blank = dims(label), attrs["blank"]
+    if not (len(ls) == 1 or (len(ls) == 2 and ls[0] == n)):
+        return OpArgumentError, (f"label must be (N, S) with N = {n}, or 1-d (the labels "
+                                 f"concatenated); got shape {ls}.")
+    if not 0 <= blank < c:
+        return OpArgumentError, f"blank={blank} must be a class of pred {ps}, in [0, {c})."
+    return None
+
+
+@defop("ctc_loss", amp=FLOAT32, check=_ctc_check, before=_ctc_check)
 def ctc_loss(pred, pred_lengths, label, label_lengths, *, blank, width, reduction):
     """Per sample -log of the summed probability of every alignment of `label` in the first
     `pred_lengths` frames of `pred` (T, N, C); `label` is (N, S), or 1-d concatenated labels

@@ -4,10 +4,14 @@
 (the sum divided by the size of axis 0: the true KL divergence per sample, as PyTorch defines it).
 """
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
 from jax.scipy import special
 
 from ..amp_policy import FLOAT32
+from ..errors import OpArgumentError
+from .checks import Found, dims
 from .ragged_rules import unless_reduced
 from .registry import defop
 
@@ -32,7 +36,17 @@ def smooth_l1_loss(pred, label, *, beta, reduction):
     return _reduce(jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
 
 
-@defop("hinge_loss", ragged=unless_reduced, amp=FLOAT32)
+def _hinge_check(inputs: Sequence, attrs: dict) -> Found:
+    """Samples of classes, (N, C): the loss sums over axis 1."""
+    ndim = len(dims(inputs[0]))
+    if ndim < 2:
+        return OpArgumentError, (f"pred must have shape (N, C), got {ndim} axes; reshape a single "
+                                 "sample to (1, C).")
+    return None
+
+
+@defop("hinge_loss", ragged=unless_reduced, amp=FLOAT32, check=_hinge_check,
+       before=_hinge_check)
 def hinge_loss(pred, label, *, squared, reduction):
     """max(0, 1 - pred * label) (squared for the L2 form) summed over axis 1, the class axis of
     MegEngine's (N, C) inputs: one loss per sample, which `reduction` then reduces."""

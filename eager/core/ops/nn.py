@@ -282,14 +282,21 @@ def _picked(logp, label, axis):
     return jnp.squeeze(jnp.take_along_axis(logp, jnp.expand_dims(label, axis), axis=axis), axis)
 
 
+def _class_axis(inputs: Sequence, attrs: dict) -> Found:
+    """The classes' axis is one of pred's (a wrong one would pick along another silently)."""
+    ps, axis = dims(inputs[0]), attrs.get("axis", 1)
+    if not -len(ps) <= axis < len(ps):
+        return OpArgumentError, f"axis {axis} is out of range for pred of shape {ps}."
+    return None
+
+
 def _class_loss_check(inputs: Sequence, attrs: dict) -> Found:
     pred, label = inputs
     if (found := missing((pred, label), ("pred", "label"))) is not None:
         return found
-    ps, ls = dims(pred), dims(label)
-    axis = attrs.get("axis", 1)
-    if not -len(ps) <= axis < len(ps):
-        return OpArgumentError, f"axis={axis} is out of range for pred of shape {ps}."
+    if (found := _class_axis(inputs, attrs)) is not None:
+        return found
+    ps, ls, axis = dims(pred), dims(label), attrs.get("axis", 1)
     want = ps[:axis % len(ps)] + ps[axis % len(ps) + 1:]
     if ls != want:
         return OpArgumentError, (
@@ -301,7 +308,8 @@ def _class_loss_check(inputs: Sequence, attrs: dict) -> Found:
     return None
 
 
-@defop("cross_entropy", ragged=unless_reduced, amp=FLOAT32, check=_class_loss_check)
+@defop("cross_entropy", ragged=unless_reduced, amp=FLOAT32, check=_class_loss_check,
+       before=_class_axis)
 def cross_entropy(pred, label, *, axis, with_logits, label_smooth, reduction):
     logp = jax.nn.log_softmax(pred, axis=axis) if with_logits else jnp.log(pred)
     loss = -_picked(logp, label, axis)
@@ -310,7 +318,8 @@ def cross_entropy(pred, label, *, axis, with_logits, label_smooth, reduction):
     return _reduce(loss, reduction)
 
 
-@defop("nll_loss", ragged=unless_reduced, amp=FLOAT32, check=_class_loss_check)
+@defop("nll_loss", ragged=unless_reduced, amp=FLOAT32, check=_class_loss_check,
+       before=_class_axis)
 def nll_loss(logp, label, *, axis, reduction):
     return _reduce(-_picked(logp, label, axis), reduction)
 
