@@ -127,8 +127,7 @@ def smooth_l1_loss(pred: Any, label: Any, beta: float = 1.0, reduction: str = "m
     >>> F.smooth_l1_loss(eg.tensor([0.5, 3.0]), eg.tensor([0.0, 0.0]), reduction="none").numpy()
     array([0.125, 2.5  ], dtype=float32)
     """
-    if not beta >= 0:
-        raise bad_argument(f"smooth_l1_loss: beta must be >= 0, got {beta}.")
+    require("smooth_l1_loss", pred, label, beta=beta)  # as given, for the message
     return apply(OPS["smooth_l1_loss"], pred, label, beta=number(beta, "beta"),
                  reduction=_check(reduction, "smooth_l1_loss"))
 

@@ -12,7 +12,6 @@ top-k along the last axis, norms, matrix products, `einsum`, and linear algebra 
 from __future__ import annotations
 
 import builtins
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -79,8 +78,7 @@ def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
 def norm(x: Any, ord: float | None = None, axis: Any = None, keepdims: bool = False) -> Tensor:
     """The vector p-norm over `axis` (all elements if None); `ord` None means 2."""
     ord = 2.0 if ord is None else number(ord, "ord")
-    if not (ord in (math.inf, -math.inf) or ord >= 0):
-        raise bad_argument(f"norm: ord must be >= 0 or +-inf, got {ord}.")
+    require("norm", x, ord=ord)
     return apply(OPS["norm"], x, ord=ord, axis=axis_arg(axis), keepdims=keepdims)
 
 
@@ -94,8 +92,7 @@ def normalize(x: Any, ord: float | None = 2, axis: Any = None, eps: float = 1e-1
     [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
     """
     ord = 2.0 if ord is None else number(ord, "ord")
-    if not (ord in (math.inf, -math.inf) or ord >= 0):
-        raise bad_argument(f"normalize: ord must be >= 0 or +-inf, got {ord}.")
+    require("normalize", x, ord=ord)
     return apply(OPS["normalize"], x, ord=ord, axis=axis_arg(axis), eps=number(eps, "eps"))
 
 

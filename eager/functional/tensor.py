@@ -110,8 +110,7 @@ def split(x: Any, nsplits_or_sections: int | Sequence[int], axis: int = 0) -> li
 
 def tile(x: Any, reps: Sequence[int]) -> Tensor:
     reps = shape_arg(reps)
-    if min(reps, default=0) < 0:  # jax would fail only when compiling, with an MLIR error
-        raise bad_argument(f"tile: reps {reps} must be >= 0.")
+    require("tile", x, reps=reps)
     return apply(OPS["tile"], x, reps=reps)
 
 

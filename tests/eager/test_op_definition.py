@@ -239,6 +239,16 @@ CHECKED = [
     (lambda: F.ctc_loss(CTC[0].astype(np.int32), *CTC[1:]), "ctc_loss",
      (CTC[0].astype(np.int32), *CTC[1:]), {"blank": 0}, OpArgumentError,
      r"pred must be a float \(T, N, C\) tensor"),
+    # the ops' own attributes: what jax would compute regardless, or refuse only when compiling
+    (lambda: F.norm(np.ones(3, F32), ord=-1), "norm", (np.ones(3, F32),), {"ord": -1.0},
+     OpArgumentError, r"ord must be >= 0 or \+-inf, got -1.0"),
+    (lambda: F.normalize(np.ones(3, F32), ord=-2), "normalize", (np.ones(3, F32),),
+     {"ord": -2.0}, OpArgumentError, "ord must be >= 0"),
+    (lambda: F.smooth_l1_loss(np.ones(3, F32), np.ones(3, F32), beta=-1), "smooth_l1_loss",
+     (np.ones(3, F32), np.ones(3, F32)), {"beta": -1}, OpArgumentError,
+     "beta must be >= 0, got -1"),
+    (lambda: F.tile(np.ones(3, F32), (2, -1)), "tile", (np.ones(3, F32),), {"reps": (2, -1)},
+     OpArgumentError, r"reps \(2, -1\) must be >= 0"),
 ]
 
 

@@ -19,7 +19,7 @@ from ..errors import OpArgumentError
 from . import lean_grads
 from .checks import Found, dims
 from .ragged_rules import ROWS, along
-from .reduction import vector_norm
+from .reduction import ord_check, vector_norm
 from .registry import defop
 
 
@@ -191,7 +191,7 @@ def prelu(x, weight):
     return jnp.where(x > 0, x, w * x)
 
 
-@defop("normalize", ragged=along(inside=None), amp=FLOAT32)
+@defop("normalize", ragged=along(inside=None), amp=FLOAT32, before=ord_check)
 def normalize(x, *, ord, axis, eps):
     """x / max(norm(x, ord, axis), eps): MegEngine's F.normalize, the gradient through a norm
     below eps being that of x / eps (PyTorch's)."""

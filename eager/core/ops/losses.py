@@ -26,7 +26,13 @@ def _reduce(loss, reduction):
     return loss
 
 
-@defop("smooth_l1_loss", ragged=unless_reduced, amp=FLOAT32)
+def _beta_check(inputs: Sequence, attrs: dict) -> Found:
+    """A threshold between the pieces: a negative one would make neither of them apply."""
+    beta = attrs["beta"]
+    return None if beta >= 0 else (OpArgumentError, f"beta must be >= 0, got {beta}.")
+
+
+@defop("smooth_l1_loss", ragged=unless_reduced, amp=FLOAT32, before=_beta_check)
 def smooth_l1_loss(pred, label, *, beta, reduction):
     """Quadratic (0.5 d^2 / beta) below |d| = beta, linear (|d| - beta / 2) above; beta = 0 is
     the L1 loss (the quadratic piece would divide by zero)."""

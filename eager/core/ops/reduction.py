@@ -6,10 +6,15 @@ valid rows when a reduction covers their ragged axis 0 (`ragged=along()`); every
 passes None, the plain reduction.
 """
 
+import math
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 
 from ..amp_policy import FLOAT32
+from ..errors import OpArgumentError
+from .checks import Found
 from .ragged_rules import MASKED, NONEMPTY, along
 from .registry import defop
 
@@ -99,8 +104,17 @@ def vector_norm(x, ord=2.0, axis=None, keepdims=False, *, valid=None, zero_safe=
     return jnp.where(positive, jnp.sqrt(s) if ord == 2 else s ** (1.0 / ord), jnp.zeros_like(s))
 
 
+def ord_check(inputs: Sequence, attrs: dict) -> Found:
+    """A p-norm's order, p >= 0 or +-inf (MegEngine's rule; jax would compute any p)."""
+    p = attrs["ord"]
+    if not (p in (math.inf, -math.inf) or p >= 0):
+        return OpArgumentError, f"ord must be >= 0 or +-inf, got {p}."
+    return None
+
+
 @defop("norm", ragged=lambda attrs, ndim: along(
-    inside=NONEMPTY if abs(attrs["ord"]) == float("inf") else MASKED)(attrs, ndim), amp=FLOAT32)
+    inside=NONEMPTY if abs(attrs["ord"]) == float("inf") else MASKED)(attrs, ndim), amp=FLOAT32,
+    before=ord_check)
 def norm(x, valid=None, *, ord, axis, keepdims):
     return vector_norm(x, ord, axis, keepdims, valid=valid)
 

@@ -42,7 +42,15 @@ defop("stack", ragged=lambda attrs, ndim: ROWS if attrs["axis"] % (ndim + 1) els
     lambda *xs, axis: jnp.stack(xs, axis=axis))
 defop("split", multi_output=True, ragged=_OTHER_AXES)(
     lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis)))
-defop("tile")(lambda x, *, reps: jnp.tile(x, reps))
+
+
+def _tile_check(inputs: Sequence, attrs: dict) -> Found:
+    """Counts >= 0: jax would fail on a negative one only when compiling, with an MLIR error."""
+    reps = attrs["reps"]
+    return (OpArgumentError, f"reps {reps} must be >= 0.") if min(reps, default=0) < 0 else None
+
+
+defop("tile", before=_tile_check)(lambda x, *, reps: jnp.tile(x, reps))
 defop("repeat", ragged=_OTHER_AXES)(lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
 def _one_hot_check(inputs: Sequence, attrs: dict) -> Found:
     """Integer class indices: jax would compare floats with the classes silently."""
