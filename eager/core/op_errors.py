@@ -104,8 +104,9 @@ def explain(op_name: str, inputs: Sequence, attrs: dict) -> Found:
 
 def require(op_name: str, *inputs: Any, **attrs: Any) -> None:
     """Raise the problem the before-the-call check of op `op_name` (`defop(..., before=)`)
-    finds with `inputs`, if any: for a wrapper whose op would accept a wrong argument silently
-    (an integer convolution)."""
+    finds with `inputs`, if any, named after the function the user called: a wrapper's check
+    of its tensor arguments, in the op's words (an integer convolution, which the op would
+    accept silently)."""
     found = OPS[op_name].check_before(inputs, attrs)
     if found is not None:
         entry, where = locate(2)

@@ -264,3 +264,26 @@ def test_an_op_checks_what_its_wrapper_reported(call, name, inputs, attrs, error
     assert str(raised.value).partition(": ")[2].startswith(found[1])
     with pytest.raises(error, match=f"^{name}: {re.escape(found[1])}"):
         require(name, *inputs, **attrs)
+
+
+# Ops called directly (no wrapper, no `require`) whose jax function fails on these arguments:
+# the op's check explains the failure in the wrapper's words.
+FAILING = [
+    ("roi_align", (IMAGE[0], ROIS), {**ALIGN, "mode": "average", "spatial_scale": 1.0,
+                                     "offset": 0.5}, r"needs an NCHW \(4-d\) input"),
+    ("sliding_window", (IMAGE[0],), WINDOW, "needs an NCHW input"),
+    ("group_norm", (IMAGE, None, None), {"groups": 3, "eps": 1e-5},
+     "2 channels are not divisible into 3 groups"),
+    ("dot", (np.ones(2, F32), np.ones(3, F32)), {}, r"inp1 of shape \(2,\) and inp2"),
+    ("matinv", (np.ones((2, 3), F32),), {}, "needs square matrices"),
+    ("einsum", (np.ones((2, 3), F32), np.ones((4, 2), F32)), {"subscripts": "ij,jk"},
+     "label 'j' of 'ij,jk' has size 4 in operand 1"),
+    ("nonzero", (np.float32(1),), {"size": 1, "as_tuple": False}, "needs at least one axis"),
+]
+
+
+@pytest.mark.parametrize("name, inputs, attrs, text", FAILING)
+def test_a_direct_call_is_explained_in_the_same_words(name, inputs, attrs, text):
+    tensors = [None if x is None else eg.tensor(x) for x in inputs]
+    with pytest.raises(eg.OpArgumentError, match=f"^{name}: {text}"):
+        apply(OPS[name], *tensors, **attrs)

@@ -58,9 +58,11 @@ class Op:
             dispatcher asks for only after the op failed (`Op.explain`), where jax's own reason
             would confuse.
         before: `(inputs, attrs) -> Found`, the check a functional wrapper runs before the call
-            (`op_errors.require`), for what jax would take silently (an integer convolution)
-            or refuse only when compiling. Its inputs are those the wrapper passes to
-            `require`, which may be fewer than the op takes (`conv`'s reads no bias).
+            (`op_errors.require`): the op's rules for its tensor arguments and its attributes'
+            ranges, so that it refuses what jax would take silently (an integer convolution),
+            refuse only when compiling or refuse obscurely, whichever wrapper calls it (often
+            also its `check`). Its inputs are those the wrapper passes to `require`, which may
+            be fewer than the op takes (`conv`'s reads no bias).
         quick: a small program that runs cheaply (an elementwise map, an optimizer update):
             compiled with `xla_segments.quick_compile_options()`, which cut
             its compile time without changing its results or its speed.
