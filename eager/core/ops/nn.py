@@ -38,8 +38,8 @@ def _matmul_check(inputs: Sequence, attrs: dict) -> Found:
 
 
 def _embedding_before(inputs: Sequence, attrs: dict) -> Found:
-    """Integer indices (a float index would be cast silently); the weight's rank is explained
-    only after a failed call (a higher-rank table works)."""
+    """Integer indices, in the words the wrapper used before reading their range on the host;
+    the weight's rank is explained only after a failed call (a higher-rank table works)."""
     return integers(inputs[0], "indices must be integers, got dtype {dtype}; convert them with "
                                ".astype('int32').")
 
