@@ -79,6 +79,9 @@ _WINDOW = ("kernel", "padding", "stride", "dilation")
 
 
 def _window_rule(attrs: dict) -> Found:
+    """A window of at least one tap, moving by at least one, over a padding of at least 0:
+    XLA takes a negative padding silently (it crops) and refuses a zero stride only when
+    lowering, with a verifier error."""
     if min(attrs["kernel"] + attrs["stride"] + attrs["dilation"]) < 1 \
             or min(attrs["padding"]) < 0:
         window = {k: attrs[k] for k in _WINDOW}
