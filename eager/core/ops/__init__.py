@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (they register the ops)
     linalg,
     losses,
     nn,
+    quantize,
     ragged_ops,
     random,
     reduction,
