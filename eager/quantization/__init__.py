@@ -29,13 +29,24 @@ from .qconfig import (
     sync_ema_fakequant_qconfig,
     tqt_qconfig,
 )
+from .quantize import (
+    apply_easy_quant,
+    disable_fake_quant,
+    disable_observer,
+    enable_fake_quant,
+    enable_observer,
+    propagate_qconfig,
+    quantize,
+    quantize_qat,
+    reset_qconfig,
+)
 from .utils import QParams, QuantMode, create_qparams, fake_quant_bias, fake_quant_tensor
-
-# quantize.py's names (quantize_qat, quantize, reset_qconfig, ...) are added by the modules branch
 
 __all__ = ["LSQ", "TQT", "FakeQuantize", "ExponentialMovingAverageObserver", "HistogramObserver",
            "MinMaxObserver", "Observer", "PassiveObserver", "SyncExponentialMovingAverageObserver",
            "SyncMinMaxObserver", "QConfig", "calibration_qconfig", "easyquant_qconfig",
            "ema_fakequant_qconfig", "ema_lowbit_fakequant_qconfig", "min_max_fakequant_qconfig",
            "passive_qconfig", "sync_ema_fakequant_qconfig", "tqt_qconfig", "QParams",
-           "QuantMode", "create_qparams", "fake_quant_bias", "fake_quant_tensor"]
+           "QuantMode", "create_qparams", "fake_quant_bias", "fake_quant_tensor",
+           "quantize_qat", "quantize", "reset_qconfig", "propagate_qconfig", "enable_fake_quant",
+           "disable_fake_quant", "enable_observer", "disable_observer", "apply_easy_quant"]
