@@ -8,10 +8,10 @@ modules.
 >>> import eager as eg, eager.module as M
 >>> net = M.Sequential(M.QuantStub(), M.ConvBnRelu2d(3, 4, 3), M.DequantStub())
 >>> _ = quantize_qat(net)
->>> [type(m).__name__ for m in net.modules()][1:]
-['QuantStub', 'ConvBnRelu2d', 'BatchNorm2d', 'Conv2d', 'DequantStub']
->>> type(net[1]).__module__
-'eager.module.qat.conv_bn'
+>>> [type(m).__module__ for m in net]
+['eager.module.qat.quant_dequant', 'eager.module.qat.conv_bn', 'eager.module.qat.quant_dequant']
+>>> type(net[1].act_observer).__name__, type(net[1].weight_fake_quant).__name__
+('ExponentialMovingAverageObserver', 'FakeQuantize')
 """
 
 from __future__ import annotations
