@@ -175,7 +175,7 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True) -> Mod
     if not inplace:
         module = deepcopy(module)
 
-    def make(factory: Callable[[], Module] | None, qparams: Any) -> Module | None:
+    def make(factory: Callable[[], Any] | None, qparams: Any) -> Any:
         made = factory() if factory is not None else None
         if made is not None and getattr(made, "set_qparams", None) is not None:
             made.set_qparams(qparams)
@@ -245,7 +245,7 @@ def _search_scale(mod: QATModule, inputs: tuple, output: Tensor, where: str, bat
     """EasyQuant's search for one module: the scale of its `where` observer that makes its
     fake-quantized output (on the batch's second copy) closest to the float output (on the
     first), by cosine similarity."""
-    mod._forward_hooks.clear()  # the module is called again here: not through this hook
+    mod.__dict__["_forward_hooks"].clear()  # it is called again here: not through this hook
     normal_in = [x[:batch] for x in inputs]
     quant_in = [x[batch:] for x in inputs]
     disable_fake_quant(mod)
