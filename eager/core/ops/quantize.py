@@ -138,7 +138,8 @@ _lsq.defvjp(_lsq_fwd, _lsq_bwd)
 
 # ----- checks and the ops ----------------------------------------------------------------------
 def _check(names: Sequence[str]):
-    """Float tensors whose scale-like inputs broadcast against x, and qmin <= qmax."""
+    """Float tensors whose scale-like inputs broadcast against x, and qmin <= qmax (jax would
+    take an integer input or an empty grid silently: the wrappers run it before the call)."""
     def check(inputs: Sequence, attrs: dict) -> Found:
         if (found := missing(inputs, names)) is not None:
             return found
@@ -161,20 +162,29 @@ def _check(names: Sequence[str]):
     return check
 
 
-@defop("fake_quant", check=_check(("input", "scale", "zero point")), quick=True)
+_FAKE_QUANT = _check(("input", "scale", "zero point"))
+
+
+@defop("fake_quant", check=_FAKE_QUANT, before=_FAKE_QUANT, quick=True)
 def fake_quant(x, scale, zero_point, *, qmin, qmax):
     """Quantize to [qmin, qmax] with scale and zero point and dequantize (MegEngine's
     `FakeQuant`); straight-through gradient for x."""
     return _fake_quant(x, jnp.asarray(scale), jnp.asarray(zero_point), qmin, qmax)
 
 
-@defop("tqt", check=_check(("input", "log2 scale")), quick=True)
+_TQT = _check(("input", "log2 scale"))
+
+
+@defop("tqt", check=_TQT, before=_TQT, quick=True)
 def tqt(x, log2_scale, *, qmin, qmax):
     """Fake quantization with the scale 2**log2_scale, learnable (MegEngine's `TQT`)."""
     return _tqt(x, jnp.asarray(log2_scale), qmin, qmax)
 
 
-@defop("lsq", check=_check(("input", "step size", "zero point", "grad scale")), quick=True)
+_LSQ = _check(("input", "step size", "zero point", "grad scale"))
+
+
+@defop("lsq", check=_LSQ, before=_LSQ, quick=True)
 def lsq(x, step_size, zero_point, grad_scale, *, qmin, qmax):
     """Fake quantization with a learnable step size (MegEngine's `LSQ`)."""
     return _lsq(x, jnp.asarray(step_size), jnp.asarray(zero_point), jnp.asarray(grad_scale),
