@@ -30,7 +30,7 @@ from tests.helpers import examples
 
 from .op_check import check_op
 
-COVERED = {"fake_quant", "tqt", "lsq"}
+COVERED = {"fake_quant", "tqt", "lsq", "minmax_qparams"}
 FAST = examples(4)
 sg = jax.lax.stop_gradient
 RANGES = [(-128, 127), (-127, 127), (0, 255), (-8, 7), (0, 15)]
@@ -147,6 +147,26 @@ def test_megengine_rounding_and_masks_at_the_edges():
         gm.backward(y.sum())
     assert y.numpy().tolist() == [-0.25, 0.25, 1.5, 1.5, -2.25, -2.25]
     assert x.grad.numpy().tolist() == [1, 1, 1, 0, 1, 0]
+
+
+def minmax_qparams_ref(lo, hi, *, qmin, qmax, eps, symmetric):
+    lo, hi = jnp.minimum(lo, 0), jnp.maximum(hi, 0)
+    if symmetric:
+        scale = jnp.maximum(jnp.maximum(-lo, hi) / np.float32((qmax - qmin) / 2), np.float32(eps))
+        return scale, jnp.zeros_like(scale)
+    scale = jnp.maximum((hi - lo) / np.float32(qmax - qmin), np.float32(eps))
+    return scale, qmin - round_away(lo / scale)
+
+
+@FAST
+@given(st.sampled_from(RANGES), st.booleans(), st.floats(-50, 50, width=32),
+       st.floats(-50, 50, width=32))
+def test_minmax_qparams(grid, symmetric, a, b):
+    qmin, qmax = grid
+    attrs = {"qmin": qmin, "qmax": qmax, "eps": 1e-5, "symmetric": symmetric}
+    lo, hi = np.float32(min(a, b)), np.float32(max(a, b))
+    check_op("minmax_qparams", [np.asarray(lo), np.asarray(hi)],
+             ft.partial(minmax_qparams_ref, **attrs), attrs, rtol=1e-6, atol=0, grad=False)
 
 
 # ----- bad arguments ----------------------------------------------------------------------------
