@@ -78,7 +78,9 @@ SERVED = [
     "megengine.optimizer.adam", "megengine.optimizer.adamw", "megengine.optimizer.clip_grad",
     "megengine.optimizer.lamb", "megengine.optimizer.lr_scheduler",
     "megengine.optimizer.multi_step_lr", "megengine.optimizer.optimizer",
-    "megengine.optimizer.sgd", "megengine.random", "megengine.random.rng",
+    "megengine.optimizer.sgd", "megengine.quantization", "megengine.quantization.fake_quant",
+    "megengine.quantization.observer", "megengine.quantization.qconfig",
+    "megengine.quantization.utils", "megengine.random", "megengine.random.rng",
     "megengine.serialization", "megengine.tensor"
 ]
 
@@ -154,8 +156,6 @@ HOMES = [
 
 # MegEngine 1.13's public module paths with deliberately no counterpart here (docs/guide.md)
 UNSERVED = [
-    "megengine.quantization", "megengine.quantization.fake_quant",
-    "megengine.quantization.observer", "megengine.quantization.qconfig",
     "megengine.quantization.quantize", "megengine.module.qat", "megengine.module.qat.conv_bn",
     "megengine.module.quantized", "megengine.module.quantized.linear",
     "megengine.module.quant_dequant", "megengine.functional.quantized",
