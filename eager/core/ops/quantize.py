@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import OpArgumentError
-from .checks import Found, float_only, missing, shape_of
+from .checks import Check, Found, dims, float_only, missing
 from .registry import defop
 
 
@@ -151,7 +151,7 @@ _lsq.defvjp(_lsq_fwd, _lsq_bwd)
 
 
 # ----- checks and the ops ----------------------------------------------------------------------
-def _check(names: Sequence[str]):
+def _check(names: Sequence[str]) -> Check:
     """Float tensors whose scale-like inputs broadcast against x, and qmin <= qmax (jax would
     take an integer input or an empty grid silently: the wrappers run it before the call)."""
     def check(inputs: Sequence, attrs: dict) -> Found:
@@ -163,13 +163,13 @@ def _check(names: Sequence[str]):
         if attrs["qmin"] > attrs["qmax"]:
             return OpArgumentError, (f"qmin={attrs['qmin']} is above qmax={attrs['qmax']}: "
                                      "the integer grid is empty.")
-        x_shape = shape_of(inputs[0])
+        x_shape = dims(inputs[0])
         for p, what in zip(inputs[1:], names[1:]):
             try:
-                if np.broadcast_shapes(x_shape, shape_of(p)) != x_shape:
+                if np.broadcast_shapes(x_shape, dims(p)) != x_shape:
                     raise ValueError
             except ValueError:
-                return OpArgumentError, (f"the {what} has shape {shape_of(p)}, which does not "
+                return OpArgumentError, (f"the {what} has shape {dims(p)}, which does not "
                                          f"broadcast to the input's {x_shape}: give a scalar "
                                          "or one value per channel.")
         return None
