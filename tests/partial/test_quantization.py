@@ -121,3 +121,42 @@ def test_observer_statistics_are_written_back_by_a_compiled_step():
     # -2, then -1, then -0.75; 1, then 2, then 1.25
     np.testing.assert_allclose([obs.min_val.numpy(), obs.max_val.numpy()], [-0.75, 1.25])
     assert observe.cache_info().captures == 1
+
+
+@pytest.mark.parametrize("with_break", [False, True], ids=["whole", "with a value read"])
+def test_tensor_qparams_set_and_read_inside_a_region(with_break):
+    """fake_quant_bias reads the input's and the weight's `qparams`, set inside the region by
+    the activation's and the weight's fake quantization: the capture, and the lazy engine past
+    a value read, run that Python as eager code does."""
+    def build(wrap):
+        fc = M.Linear(6, 3)
+        act, weight = Q.MinMaxObserver(dtype="qint8"), Q.MinMaxObserver(dtype="qint8_narrow")
+        fq_a, fq_w = Q.FakeQuantize("qint8"), Q.FakeQuantize("qint8_narrow")
+
+        def quant(obs, fq, x):
+            qparams = obs.get_qparams() if obs(x) is x else None
+            out = fq(x, qparams)
+            out.qparams.update(qparams)
+            return out
+
+        def forward(x):
+            h = quant(act, fq_a, x)
+            if with_break and h.abs().max().item() > 100:  # a graph break, never taken
+                h = h * 0
+            w = quant(weight, fq_w, fc.weight)
+            return F.linear(h, w, Q.fake_quant_bias(fc.bias, h, w))
+
+        region = wrap(forward)
+        opt = optim.SGD(fc.parameters(), lr=0.1)
+        gm = GradManager().attach(fc.parameters())
+
+        def step(i):
+            with gm:
+                y = region(eg.tensor(np.random.default_rng(i).normal(size=(4, 6)), "float32"))
+                gm.backward((y * y).sum())
+            opt.step().clear_grad()
+            return y
+
+        return World(step, modules=[fc, act, weight], optimizers=[opt])
+
+    check_against_eager(build, steps=3, graph_breaks=with_break)
