@@ -5,7 +5,9 @@ quantizers' learnable parameters, and the bias's fake quantization.
 
 MegEngine gives no gradient (None) to FakeQuant's scale and zero point and to LSQ's zero point
 and grad scale; here they get zeros (a tensor attached to a GradManager always receives one),
-so the cases compare the gradients MegEngine defines.
+so the cases compare the gradients MegEngine defines. A disabled `SyncMinMaxObserver` keeps
+observing in MegEngine (it tests the method `enable`, always true, for the flag `enabled`): a
+defect, kept as evidence, not copied.
 """
 
 from __future__ import annotations
@@ -201,3 +203,17 @@ def fake_quant_bias_from_input_and_weight_scales() -> dict:
     bias = mge.tensor(data(6, seed=3))
     b = fake_quant_bias(bias, inp, w)
     return {"bias": b.numpy(), "scale": b.qparams.scale.numpy(), "dtype": b.qparams.dtype_meta.name}
+
+
+@case(megengine_bug="SyncMinMaxObserver.forward tests `self.enable` (the method, always true) "
+                    "instead of `self.enabled`, so a disabled one keeps observing")
+def sync_min_max_observer_disabled_keeps_its_range() -> dict:
+    import megengine as mge
+    from megengine.quantization import SyncMinMaxObserver
+
+    obs = SyncMinMaxObserver()
+    obs(mge.tensor(data(5, seed=1)))
+    want = obs.max_val.numpy()
+    obs.disable()
+    obs(mge.tensor(data(5, seed=2) * 10))
+    return {"got": obs.max_val.numpy(), "want": want}
