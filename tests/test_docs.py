@@ -30,9 +30,10 @@ def test_every_example_on_the_page_runs(page, capsys):
 
 
 API_NAMESPACES = ["eager", "eager.functional", "eager.module", "eager.module.qat",
-                  "eager.quantization", "eager.optimizer", "eager.autodiff",
+                  "eager.optimizer", "eager.autodiff",
                   "eager.amp", "eager.random", "eager.distributed", "eager.distributed.functional",
                   "eager.data", "eager.data.dataset", "eager.data.transform", "eager.hub",
+                  "eager.quantization",
                   "partial"]
 
 
