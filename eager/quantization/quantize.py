@@ -281,12 +281,8 @@ def apply_easy_quant(module: Module, data: Tensor, start: float = 0.8, stop: flo
         return np.linspace(start * orig, stop * orig, num)
 
     for where in ("weight_observer", "act_observer"):
-        search = ft.partial(_easy_hook, where=where, batch=batch, grid=grid)
+        search = ft.partial(_search_scale, where=where, batch=batch, grid=grid)
         hook_qat_module(module, search)
         module(both)
     return module
 
-
-def _easy_hook(mod: QATModule, inputs: tuple, output: Tensor, *, where: str, batch: int,
-               grid: Callable[[np.ndarray], np.ndarray]) -> Tensor | None:
-    return _search_scale(mod, inputs, output, where, batch, grid)
