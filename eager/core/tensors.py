@@ -8,6 +8,7 @@ change of a tensor's storage goes through `rebind`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -26,6 +27,7 @@ from .op_errors import bad_argument as _bad_argument
 from .op_errors import checked_dtype as _checked_dtype
 from .op_errors import translate as _translate
 from .ops import OPS, Op
+from .quant_dtype import QParams, default_qparams
 from .tensor_methods import TensorMethods, axis_arg, shape_arg
 
 if TYPE_CHECKING:
@@ -140,6 +142,18 @@ class Tensor(TensorMethods):
             h.grad_write(self, value)
         self._grad = value
 
+    @property
+    def qparams(self) -> QParams:
+        """How fake quantization quantized this tensor (MegEngine's `Tensor.qparams`): a
+        `QParams`, made on first read with None fields and updated in place by
+        `fake_quant_tensor`; `fake_quant_bias` reads it. It lives in the instance dict, so a
+        tensor that never reads it pays nothing, and a compiled region's outputs (new
+        tensors) start with the default again, as the tensors MegEngine's trace returns do."""
+        found = self.__dict__.get("_qparams")
+        if found is None:
+            found = self.__dict__["_qparams"] = default_qparams()
+        return found
+
     # ----- value reads ----------------------------------------------------------------------
     def _host(self, what: str) -> np.ndarray:
         if (h := _current()) is not None:
@@ -234,6 +248,8 @@ class Tensor(TensorMethods):
         out = self.detach()
         if type(self) is not Tensor:
             out.__class__ = type(self)  # Parameter: Tensor's slots, nothing more
+        if (qparams := self.__dict__.get("_qparams")) is not None:  # kept, as MegEngine does
+            out.__dict__["_qparams"] = copy.deepcopy(qparams, memo)
         return out
 
     def __copy__(self) -> Tensor:

@@ -17,7 +17,9 @@ from .activation import (
     Tanh,
 )
 from .adaptive_pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d
+from .batch_matmul_activation import BatchMatMulActivation
 from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
+from .concat import Concat
 from .container import ModuleDict, ModuleList
 from .conv import (
     Conv1d,
@@ -26,14 +28,18 @@ from .conv import (
     ConvRelu2d,
     ConvTranspose2d,
     ConvTranspose3d,
+    ConvTransposeRelu2d,
     DeformableConv2d,
 )
 from .conv_bn import ConvBn2d, ConvBnRelu2d
+from .conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d
 from .deformable_psroi_pooling import DeformablePSROIPooling
 from .dropout import Dropout, Dropout2d
+from .elemwise import Elemwise
 from .embedding import Embedding
 from .identity import Identity
-from .linear import Linear
+from .linear import Linear, LinearRelu
+from .linear_bn import LinearBn1d, LinearBnRelu1d
 from .lrn import LocalResponseNorm
 from .module import Module
 from .multiheadattn import MultiHeadAttention
@@ -41,6 +47,7 @@ from .normalization import GroupNorm, InstanceNorm, LayerNorm
 from .padding import Pad
 from .pixel_shuffle import PixelShuffle
 from .pooling import AvgPool2d, MaxPool2d
+from .quant_dequant import DequantStub, QuantStub
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sequential import Sequential
 from .shape_layers import Flatten, Upsample
@@ -56,4 +63,8 @@ __all__ = [
     "InstanceNorm", "AdaptiveMaxPool2d", "Pad", "PixelShuffle", "LocalResponseNorm", "Conv3d",
     "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d", "ConvTranspose3d", "SlidingWindow",
     "SlidingWindowTranspose", "DeformableConv2d", "DeformablePSROIPooling",
+    # the modules MegEngine provides for quantization (`eager.module.qat` holds their QAT forms)
+    "QuantStub", "DequantStub", "Elemwise", "Concat", "BatchMatMulActivation", "LinearRelu",
+    "LinearBn1d", "LinearBnRelu1d", "ConvTransposeRelu2d", "ConvTransposeBn2d",
+    "ConvTransposeBnRelu2d",
 ]

@@ -1,5 +1,5 @@
 """Convolutions (MegEngine's `megengine.module.conv`): Conv1d, Conv2d, Conv3d, ConvTranspose2d
-and the fused ConvRelu2d.
+and the fused ConvRelu2d and ConvTransposeRelu2d.
 
 Parameters are stored in MegEngine's shapes, so its state dicts and optimizer checkpoints load
 by position: a grouped convolution's weight (`groups > 1`) has a leading groups axis,
@@ -103,11 +103,16 @@ class Conv2d(_ConvNd):
         self.padding_mode = _padding_mode(padding_mode)
 
     def forward(self, x: Tensor) -> Tensor:
+        return self.calc_conv(x, self.weight, self.bias)
+
+    def calc_conv(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """This convolution with `weight` and `bias` in place of its own (MegEngine's: a QAT
+        module convolves with its fake-quantized or BatchNorm-folded weight)."""
         padding = self.padding
         if _padding_mode(self.padding_mode) != "zeros":
             (ph, pw), padding = padding, (0, 0)
             x = F.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), self.padding_mode)
-        return F.conv2d(x, self.weight, self.bias, self.stride, padding, self.dilation,
+        return F.conv2d(x, weight, bias, self.stride, padding, self.dilation,
                         self.groups, self.conv_mode, self.compute_mode)
 
 
@@ -135,10 +140,30 @@ class _ConvTransposeNd(_ConvNd):
 
 
 class ConvTranspose2d(_ConvTransposeNd):
-    """Transposed 2-d convolution over NCHW; weight (in, out/groups, kh, kw)."""
+    """Transposed 2-d convolution over NCHW; weight (in, out/groups, kh, kw).
+
+    `conv_mode` and `compute_mode` are MegEngine's arguments, kept so its code (and its QAT
+    conversion) runs; the convolution is a cross-correlation, MegEngine's only mode for it.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Ints, stride: Ints = 1,
+                 padding: Ints = 0, output_padding: Ints = 0, dilation: Ints = 1, groups: int = 1,
+                 bias: bool = True, conv_mode: str = "cross_correlation",
+                 compute_mode: str = "default"):
+        if str(conv_mode).lower() != "cross_correlation":
+            raise OpArgumentError(f"ConvTranspose2d: conv_mode must be 'cross_correlation', got "
+                                  f"{conv_mode!r}")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                         dilation, groups, bias)
+        self.conv_mode, self.compute_mode = conv_mode, compute_mode
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+        return self.calc_conv_transpose2d(x, self.weight, self.bias)
+
+    def calc_conv_transpose2d(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        """This transposed convolution with `weight` and `bias` in place of its own
+        (MegEngine's, for its QAT modules)."""
+        return F.conv_transpose2d(x, weight, bias, self.stride, self.padding,
                                   self.output_padding, self.dilation, self.groups)
 
 
@@ -171,6 +196,13 @@ class ConvTranspose3d(_ConvTransposeNd):
 
 class ConvRelu2d(Conv2d):
     """relu(Conv2d(x)): the arguments and parameters of `Conv2d`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(super().forward(x))
+
+
+class ConvTransposeRelu2d(ConvTranspose2d):
+    """relu(ConvTranspose2d(x)): the arguments and parameters of `ConvTranspose2d`."""
 
     def forward(self, x: Tensor) -> Tensor:
         return F.relu(super().forward(x))

@@ -72,6 +72,9 @@ class Module:
 
     training: bool  # set by `train()` / `eval()`, for this module and its sub-modules
     structure_version: int  # bumped when a Tensor or Module attribute is set
+    # `disable_quantize()` sets it: `quantize_qat` then leaves the module in float (a class
+    # default, so a module whose __init__ skips Module's has it too)
+    quantize_disabled: bool = False
 
     def __init__(self) -> None:
         object.__setattr__(self, "training", True)
@@ -248,6 +251,15 @@ class Module:
 
         visit(self)
         return self
+
+    def disable_quantize(self, value: bool = True) -> Module:
+        """Set `quantize_disabled` to `value` on this module and every one below it, so that
+        `eager.quantization.quantize_qat` leaves them in float (MegEngine's: a model's
+        classifier usually stays float); returns self."""
+        def mark(m: Module) -> None:
+            m.quantize_disabled = bool(value)
+
+        return self.apply(mark)
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Set `requires_grad` on every parameter (False freezes them: a GradManager gives them

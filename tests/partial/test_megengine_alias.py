@@ -79,7 +79,19 @@ SERVED = [
     "megengine.optimizer.lamb", "megengine.optimizer.lr_scheduler",
     "megengine.optimizer.multi_step_lr", "megengine.optimizer.optimizer",
     "megengine.optimizer.sgd", "megengine.random", "megengine.random.rng",
-    "megengine.serialization", "megengine.tensor"
+    "megengine.serialization", "megengine.tensor",
+    # quantization-aware training, and the modules MegEngine provides for it
+    "megengine.quantization", "megengine.quantization.fake_quant",
+    "megengine.quantization.observer", "megengine.quantization.qconfig",
+    "megengine.quantization.quantize", "megengine.quantization.utils", "megengine.module.qat",
+    "megengine.module.qat.module", "megengine.module.qat.conv", "megengine.module.qat.conv_bn",
+    "megengine.module.qat.conv_transpose_bn", "megengine.module.qat.linear",
+    "megengine.module.qat.linear_bn", "megengine.module.qat.elemwise",
+    "megengine.module.qat.concat", "megengine.module.qat.quant_dequant",
+    "megengine.module.qat.batch_matmul_activation", "megengine.module.quant_dequant",
+    "megengine.module.elemwise", "megengine.module.concat",
+    "megengine.module.batch_matmul_activation", "megengine.module.conv_transpose_bn",
+    "megengine.module.linear_bn",
 ]
 
 # (MegEngine module, name, where the name is public here, the module whose code defines it)
@@ -154,11 +166,8 @@ HOMES = [
 
 # MegEngine 1.13's public module paths with deliberately no counterpart here (docs/guide.md)
 UNSERVED = [
-    "megengine.quantization", "megengine.quantization.fake_quant",
-    "megengine.quantization.observer", "megengine.quantization.qconfig",
-    "megengine.quantization.quantize", "megengine.module.qat", "megengine.module.qat.conv_bn",
     "megengine.module.quantized", "megengine.module.quantized.linear",
-    "megengine.module.quant_dequant", "megengine.functional.quantized",
+    "megengine.functional.quantized",
     "megengine.functional.inplace", "megengine.functional.external",
     "megengine.functional.tensor_cache", "megengine.functional.debug_param",
     "megengine.traced_module", "megengine.dtr",

@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (they register the ops)
     losses,
     nn,
     norm,
+    quantize,
     ragged_ops,
     random,
     reduction,
