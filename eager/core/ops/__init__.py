@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (they register the ops)
     losses,
     nn,
     quantize,
+    quantized,
     ragged_ops,
     random,
     reduction,
