@@ -118,15 +118,16 @@ def _quantized_astype(t: Tensor, dtype: Any) -> Tensor:
             return t
         s = grid(source)
         multiplier = float(np.float32(s.scale) / np.float32(g.scale))
-        return tag(apply(OPS["requantize"], _plain(t), in_zero_point=s.zero_point,
+        return tag(apply(OPS["requantize"], storage(t), in_zero_point=s.zero_point,
                          multiplier=multiplier, **out_attrs), target)
     s = grid(source)  # type: ignore[arg-type]
-    out = apply(OPS["dequantize"], _plain(t), scale=s.scale, zero_point=s.zero_point)
+    out = apply(OPS["dequantize"], storage(t), scale=s.scale, zero_point=s.zero_point)
     return out if np.dtype(dtype) == np.float32 else out.astype(dtype)
 
 
-def _plain(x: Any) -> Any:
-    """A quantized tensor's storage as an ordinary integer tensor; anything else as it is."""
+def storage(x: Any) -> Any:
+    """A quantized tensor's storage as an ordinary integer tensor (sharing its array); anything
+    else as it is."""
     return _wrap_from(x) if isinstance(x, Tensor) and x._qdtype is not None else x
 
 
@@ -141,12 +142,12 @@ def _dispatch_quantized(op: Op, attrs: dict, inputs: Sequence) -> Any:
                 isinstance(x, Tensor) for x in inputs):
             raise OpTypeError(f"{op.name}: the tensors have different dtypes ({first} and "
                               "another); astype them to one quantized dtype first.")
-        out = apply(op, *[_plain(x) for x in inputs], **attrs)
+        out = apply(op, *[storage(x) for x in inputs], **attrs)
         return tuple(tag(o, first) for o in out) if op.multi_output else tag(out, first)
     if op.name in _ON_GRID and len(dtypes) == 1 and inputs[0] is not None and \
             getattr(inputs[0], "_qdtype", None) is not None:
         g = grid(first)
-        values = apply(OPS["dequantize"], _plain(inputs[0]), scale=1.0, zero_point=g.zero_point)
+        values = apply(OPS["dequantize"], storage(inputs[0]), scale=1.0, zero_point=g.zero_point)
         out = apply(op, values, *inputs[1:], **attrs)
         return tag(apply(OPS["quantize"], out, scale=1.0, zero_point=g.zero_point, qmin=g.qmin,
                          qmax=g.qmax, storage=g.storage), first)
