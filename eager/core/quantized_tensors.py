@@ -33,7 +33,8 @@ import numpy as np
 
 from .errors import OpTypeError
 from .ops import OPS, Op
-from .quant_dtype import BUILTIN_QUANT_DTYPES, convert_from_quantized, convert_to_quantized
+from .ops.quantized import reciprocal
+from .quant_dtype import BUILTIN_QUANT_DTYPES, convert_from_quantized
 from .tensors import QUANTIZED, Tensor, _wrap_from, above, apply
 
 #: ops that only move or select values: the result has the input's quantized dtype
@@ -101,8 +102,10 @@ def _quantized_init(data: Any, dtype: Any) -> tuple[Any, Any, np.dtype]:
         host = convert_from_quantized(host, _meta(host.dtype))
     if target is None:
         raise OpTypeError(f"cannot make a quantized tensor of {dtype!r}.")
-    stored = convert_to_quantized(host.astype(np.float32), target, _meta(target))
-    return stored.view(_meta(target).np_dtype_str), None, target
+    g = grid(target)
+    v = host.astype(np.float32) * reciprocal(g.scale)  # as the quantize op, on the host
+    q = np.sign(v) * np.floor(np.abs(v) + np.float32(0.5)) + g.zero_point
+    return np.clip(q, g.qmin, g.qmax).astype(g.storage), None, target
 
 
 def _quantized_astype(t: Tensor, dtype: Any) -> Tensor:

@@ -40,6 +40,11 @@ def _shifted(q: jax.Array, zero_point: int) -> jax.Array:
     return q.astype(jnp.int32) - jnp.int32(zero_point)
 
 
+def reciprocal(scale: float) -> np.float32:
+    """1 / scale in float32, what MegEngine multiplies by to quantize."""
+    return np.float32(1) / np.float32(scale)
+
+
 def _saturate(v: jax.Array, *, zero_point: int, qmin: int, qmax: int, storage: str) -> jax.Array:
     """Values on the output grid (float, already divided by the scale): rounded half away from
     zero, shifted, saturated and stored."""
@@ -141,8 +146,10 @@ def _check_conv(inputs: Sequence, attrs: dict) -> Found:
 # ----- the ops ---------------------------------------------------------------------------------
 @defop("quantize", differentiable=False, check=_check_requant)
 def quantize(x, *, scale, zero_point, qmin, qmax, storage):
-    """Float `x` on the grid of a quantized dtype (MegEngine's `TypeCvt` to it)."""
-    v = x.astype(jnp.float32) / np.float32(scale)
+    """Float `x` on the grid of a quantized dtype (MegEngine's `TypeCvt` to it): times the
+    float32 reciprocal of the scale, as MegEngine's kernel computes it (measured: dividing
+    rounds ties otherwise, e.g. x = 0.5 s)."""
+    v = x.astype(jnp.float32) * reciprocal(scale)
     return _saturate(v, zero_point=zero_point, qmin=qmin, qmax=qmax, storage=storage)
 
 
