@@ -18,7 +18,9 @@ from .module import QuantizedModule, float_param
 
 class BatchMatMulActivation(Float.BatchMatMulActivation, QuantizedModule):
     """An int8 `BatchMatMulActivation` to `dtype`: weight (batch, out, in, 1, 1), bias
-    (1, out, 1, 1), input (batch, in, n)."""
+    (1, out, 1, 1), input (batch, in, n). As MegEngine's, it adds the bias per output feature,
+    where the float and QAT layers add it along the last axis: the two agree without a bias
+    (or where every bias value is equal)."""
 
     def __init__(self, batch: int, in_features: int, out_features: int, bias: bool = True,
                  nonlinear_mode: str = "identity", dtype: Any = None, **kwargs: Any):
