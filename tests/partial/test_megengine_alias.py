@@ -96,6 +96,7 @@ SERVED = [
     "megengine.module.quantized.linear_bn", "megengine.module.quantized.elemwise",
     "megengine.module.quantized.concat", "megengine.module.quantized.quant_dequant",
     "megengine.module.quantized.batch_matmul_activation", "megengine.functional.quantized",
+    "megengine.core.tensor.dtype",
     "megengine.module.elemwise", "megengine.module.concat",
     "megengine.module.batch_matmul_activation", "megengine.module.conv_transpose_bn",
     "megengine.module.linear_bn",
