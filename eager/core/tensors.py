@@ -442,7 +442,8 @@ class _Above:
 
 
 above = _Above()
-#: whether a quantized tensor was ever made: until then `apply` looks for none (quantized_tensors.py)
+#: whether a quantized tensor was ever made: until then `apply` looks for none
+#: (quantized_tensors.py)
 QUANTIZED = [False]
 
 

@@ -253,4 +253,4 @@ __all__ = [
     "normalize", "remap", "warp_affine", "warp_perspective",
 ]
 
-from .quantized import conv_bias_activation  # noqa: E402  (MegEngine's F.nn has it too)
+from .quantized import conv_bias_activation as conv_bias_activation  # noqa: E402  (as MegEngine's F.nn)

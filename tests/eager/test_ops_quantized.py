@@ -90,7 +90,7 @@ def test_requantize_and_numpy_round_trip():
     x = eg.tensor(np.linspace(-3, 3, 25, dtype=np.float32))
     q = x.astype(qint8(0.05))
     r = q.astype(qint8(0.125))
-    want = np.clip(_round((_storage(q) * np.float32(np.float32(0.05) / np.float32(0.125)))),
+    want = np.clip(_round(_storage(q) * np.float32(np.float32(0.05) / np.float32(0.125))),
                    -128, 127)
     np.testing.assert_array_equal(_storage(r), want)
     again = eg.tensor(q.numpy())  # the numpy array carries the quantized dtype
