@@ -79,7 +79,9 @@ def tag(t: Tensor, qdtype: np.dtype) -> Tensor:
 def is_quantized(dtype: Any) -> bool:
     """Whether `dtype` (a numpy dtype or anything else) is a quantized one."""
     metadata = getattr(dtype, "metadata", None)
-    return bool(metadata) and "mgb_dtype" in metadata and "scale" in metadata["mgb_dtype"]
+    if not metadata or "mgb_dtype" not in metadata:
+        return False
+    return "scale" in metadata["mgb_dtype"]
 
 
 def same_grid(a: np.dtype, b: np.dtype) -> bool:
@@ -92,8 +94,11 @@ def _quantized_init(data: Any, dtype: Any) -> tuple[Any, Any, np.dtype]:
     target = np.dtype(dtype) if is_quantized(dtype) else None
     if isinstance(data, Tensor):
         source = data._qdtype
-        if target is None or (source is not None and same_grid(source, target)):
-            return data, None, source if target is None else target
+        if target is None:
+            assert source is not None  # (Tensor only sends a quantized data or dtype here)
+            return data, None, source
+        if source is not None and same_grid(source, target):
+            return data, None, target
         return data.astype(target), None, target
     host = np.asarray(data)
     if is_quantized(host.dtype):

@@ -14,7 +14,6 @@ from ...core.quant_dtype import get_scale, qint32
 from ...core.tensors import Tensor
 from ...functional import quantized as Q
 from .. import conv as Float
-from ..qat import conv as QAT
 from .module import QuantizedModule, float_param, quantized_param
 
 
@@ -43,12 +42,13 @@ class Conv2d(Float.Conv2d, QuantizedModule):
             inp = F.pad(inp, ((0, 0), (0, 0), (ph, ph), (pw, pw)), self.padding_mode)
             padding = (0, 0)
         return Q.conv_bias_activation(
-            inp, self.weight, bias_qint32(self.bias, inp, self.weight), self.output_dtype,
+            inp, self.weight, bias_qint32(self.bias, inp, self.weight),  # type: ignore[arg-type]
+            self.output_dtype,
             self.stride, padding, self.dilation, self.groups, nonlinear_mode=nonlinear_mode,
             conv_mode=self.conv_mode, compute_mode=self.compute_mode)
 
     @classmethod
-    def from_qat_module(cls, qat_module: QAT.Conv2d) -> Conv2d:
+    def from_qat_module(cls, qat_module: Any) -> Conv2d:
         """The int8 form of `qat_module`: its weight quantized to its weight dtype, its bias
         (zeros without one) kept in float, its activation dtype the output's."""
         m = qat_module
@@ -91,7 +91,7 @@ class ConvTranspose2d(Float.ConvTranspose2d, QuantizedModule):
         return F.relu(out) if nonlinear_mode == "relu" else out
 
     @classmethod
-    def from_qat_module(cls, qat_module: QAT.ConvTranspose2d) -> ConvTranspose2d:
+    def from_qat_module(cls, qat_module: Any) -> ConvTranspose2d:
         """The int8 form of `qat_module` (weight quantized, bias kept in float)."""
         m = qat_module
         q = cls(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding,

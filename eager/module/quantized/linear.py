@@ -8,7 +8,6 @@ from typing import Any
 
 from ...core.tensors import Tensor
 from ...functional import quantized as Q
-from ..qat import linear as QAT
 from .conv import bias_qint32
 from .module import QuantizedModule, float_param, quantized_param
 
@@ -32,7 +31,7 @@ class Linear(QuantizedModule):
         return self.calc_linear_quantized(inp)
 
     @classmethod
-    def from_qat_module(cls, qat_module: QAT.Linear) -> Linear:
+    def from_qat_module(cls, qat_module: Any) -> Linear:
         """The int8 form of `qat_module`: weight quantized, bias kept in float."""
         q = cls(dtype=qat_module.get_activation_dtype())
         q.weight = quantized_param(qat_module.weight, qat_module.get_weight_dtype())

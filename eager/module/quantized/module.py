@@ -32,7 +32,7 @@ class QuantizedModule(Module):
         return "Quantized." + super().__repr__()
 
     @classmethod
-    def from_qat_module(cls, qat_module: Module) -> QuantizedModule:
+    def from_qat_module(cls, qat_module: Any) -> QuantizedModule:
         """The int8 module computing what `qat_module` computes."""
         raise NotImplementedError(f"{cls.__name__} does not define from_qat_module")
 
