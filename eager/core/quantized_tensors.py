@@ -35,7 +35,7 @@ from .errors import OpTypeError
 from .ops import OPS, Op
 from .ops.quantized import reciprocal
 from .quant_dtype import BUILTIN_QUANT_DTYPES, convert_from_quantized
-from .tensors import QUANTIZED, Tensor, _wrap_from, above, apply
+from .tensors import QUANTIZED, Tensor, _wrap_from, above, apply, rebind
 
 #: ops that only move or select values: the result has the input's quantized dtype
 _MOVES = frozenset({"reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "getitem",
@@ -131,6 +131,21 @@ def _quantized_astype(t: Tensor, dtype: Any) -> Tensor:
     s = grid(source)  # type: ignore[arg-type]
     out = apply(OPS["dequantize"], storage(t), scale=s.scale, zero_point=s.zero_point)
     return out if np.dtype(dtype) == np.float32 else out.astype(dtype)
+
+
+def load_quantized(t: Tensor, arr: np.ndarray) -> None:
+    """`load_state_dict` of `arr` into `t` where either is quantized, as MegEngine's, which
+    takes the saved tensor with its dtype: a quantized array as it is (storage and dtype); else,
+    into a quantized `t`, an integer array as storage of `t`'s dtype (a checkpoint keeps the
+    storage, not the scale), a float one quantized to it."""
+    if is_quantized(arr.dtype):
+        new = Tensor(arr)
+    elif arr.dtype.kind in "iu":
+        new = Tensor(arr.astype(grid(t._qdtype).storage).view(t._qdtype))  # type: ignore[arg-type]
+    else:
+        new = Tensor(arr.astype(np.float32)).astype(t._qdtype)
+    rebind(t, new)
+    tag(t, new._qdtype)  # type: ignore[arg-type]
 
 
 def storage(x: Any) -> Any:

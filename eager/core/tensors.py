@@ -299,6 +299,8 @@ class Tensor(TensorMethods):
     def _assign(self, new: Tensor) -> None:
         rebind(self, new, new._node, new._out_idx)
         self._len = new._len
+        if new._qdtype is not None or self._qdtype is not None:  # the value's dtype, as MegEngine
+            self._qdtype = new._qdtype
 
     def set_value(self, value: Any) -> None:
         """Replace this tensor's value, shape and dtype included, by `value`'s (MegEngine's

@@ -5,6 +5,7 @@ fake-quantized floats in float32; the int8 one accumulates integers exactly). Al
 infer, `quantize`'s mapping and errors, a model's int8 forward compiled and dumped (MegEngine's
 deployment path) against eager, and the zoo's three quantization models converted."""
 
+import copy
 import os
 import sys
 
@@ -88,6 +89,24 @@ def test_an_int8_layers_output_is_quantized_and_its_weight_int8():
     assert y.dtype.metadata["mgb_dtype"]["name"] == "QuantizedS8"
     assert net.layer.weight.dtype.metadata["mgb_dtype"]["name"] == "QuantizedS8"
     assert np.asarray(net.layer.weight.numpy()).dtype.itemsize == 1
+
+
+def test_a_quantized_state_dict_loads_with_its_dtypes(tmp_path):
+    net, xs = _calibrated("ConvBn2d")
+    Q.quantize(net)
+    net.eval()
+    want = net(*xs).numpy()
+    other = copy.deepcopy(net)
+    other.layer.weight = eg.Parameter(np.zeros(net.layer.weight.shape, "float32"))
+    other.load_state_dict(net.state_dict())  # quantized tensors: storage and dtype
+    assert other.layer.weight.dtype.metadata == net.layer.weight.dtype.metadata
+    np.testing.assert_array_equal(other(*xs).numpy(), want)
+    path = str(tmp_path / "int8.ckpt")
+    eg.save(net.state_dict(), path)  # keeps the storage; the module keeps its dtype
+    again = copy.deepcopy(net)
+    again.layer.weight.set_value(eg.zeros(net.layer.weight.shape).astype(net.layer.weight.dtype))
+    again.load_state_dict(eg.load(path))
+    np.testing.assert_array_equal(again(*xs).numpy(), want)
 
 
 def test_int8_modules_only_infer():
