@@ -29,7 +29,8 @@ def test_every_example_on_the_page_runs(page, capsys):
         exec(compile(block, filename, "exec"), namespace)
 
 
-API_NAMESPACES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.autodiff",
+API_NAMESPACES = ["eager", "eager.functional", "eager.module", "eager.module.qat",
+                  "eager.optimizer", "eager.autodiff",
                   "eager.amp", "eager.random", "eager.distributed", "eager.distributed.functional",
                   "eager.data", "eager.data.dataset", "eager.data.transform", "eager.hub",
                   "eager.quantization", "eager.module.quantized", "eager.functional.quantized",

@@ -176,7 +176,7 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True) -> Mod
     if not inplace:
         module = deepcopy(module)
 
-    def make(factory: Callable[[], Module] | None, qparams: Any) -> Module | None:
+    def make(factory: Callable[[], Any] | None, qparams: Any) -> Any:
         made = factory() if factory is not None else None
         if made is not None and getattr(made, "set_qparams", None) is not None:
             made.set_qparams(qparams)
@@ -246,7 +246,7 @@ def _search_scale(mod: QATModule, inputs: tuple, output: Tensor, where: str, bat
     """EasyQuant's search for one module: the scale of its `where` observer that makes its
     fake-quantized output (on the batch's second copy) closest to the float output (on the
     first), by cosine similarity."""
-    mod._forward_hooks.clear()  # the module is called again here: not through this hook
+    mod.__dict__["_forward_hooks"].clear()  # it is called again here: not through this hook
     normal_in = [x[:batch] for x in inputs]
     quant_in = [x[batch:] for x in inputs]
     disable_fake_quant(mod)
@@ -282,12 +282,8 @@ def apply_easy_quant(module: Module, data: Tensor, start: float = 0.8, stop: flo
         return np.linspace(start * orig, stop * orig, num)
 
     for where in ("weight_observer", "act_observer"):
-        search = ft.partial(_easy_hook, where=where, batch=batch, grid=grid)
+        search = ft.partial(_search_scale, where=where, batch=batch, grid=grid)
         hook_qat_module(module, search)
         module(both)
     return module
 
-
-def _easy_hook(mod: QATModule, inputs: tuple, output: Tensor, *, where: str, batch: int,
-               grid: Callable[[np.ndarray], np.ndarray]) -> Tensor | None:
-    return _search_scale(mod, inputs, output, where, batch, grid)

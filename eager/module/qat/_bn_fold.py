@@ -14,11 +14,12 @@ pass of the layer, and updates the running statistics itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import functional as F
 from ...core.context import atomic
 from ...core.creation import ones, zeros
 from ...core.tensors import Tensor, rebind
-from ..module import Module
 from .module import QATModule
 
 
@@ -26,9 +27,9 @@ class _BnFold(QATModule):
     """The folding, given the layer (`_layer`), how the layer runs with another weight and
     bias (`_calc`) and how a per-output-channel factor scales its weight (`_scale_weight`)."""
 
-    bn: Module
+    bn: Any  # the float module's BatchNorm
 
-    def _layer(self) -> Module:
+    def _layer(self) -> Any:
         raise NotImplementedError  # each subclass names its layer
 
     def _calc(self, inp: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

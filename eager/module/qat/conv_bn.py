@@ -3,15 +3,16 @@ and ConvBnRelu2d, the BatchNorm folded into the convolution's quantized weight (
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import functional as F
 from ...core.tensors import Tensor
 from .. import conv_bn as Float
-from ..module import Module
 from ._bn_fold import _BnFold
 
 
 class _ConvBnActivation2d(Float._ConvBnActivation2d, _BnFold):
-    def _layer(self) -> Module:
+    def _layer(self) -> Any:
         return self.conv
 
     def _calc(self, inp: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

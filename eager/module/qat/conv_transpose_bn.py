@@ -4,15 +4,16 @@ BatchNorm folded into the transposed convolution's quantized weight (`_bn_fold`)
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import functional as F
 from ...core.tensors import Tensor
 from .. import conv_transpose_bn as Float
-from ..module import Module
 from ._bn_fold import _BnFold
 
 
 class _ConvTransposeBnActivation2d(Float._ConvTransposeBnActivation2d, _BnFold):
-    def _layer(self) -> Module:
+    def _layer(self) -> Any:
         return self.conv_transpose2d
 
     def _calc(self, inp: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

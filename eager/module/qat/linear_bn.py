@@ -3,15 +3,16 @@ LinearBnRelu1d, the BatchNorm folded into the Linear's quantized weight (`_bn_fo
 
 from __future__ import annotations
 
+from typing import Any
+
 from ... import functional as F
 from ...core.tensors import Tensor
 from .. import linear_bn as Float
-from ..module import Module
 from ._bn_fold import _BnFold
 
 
 class _LinearBnActivation1d(Float._LinearBnActivation1d, _BnFold):
-    def _layer(self) -> Module:
+    def _layer(self) -> Any:
         return self.linear
 
     def _calc(self, inp: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -21,10 +21,11 @@ from ..module import Module
 # this one (its observers are Modules), so it hands the function down when imported (the
 # project's seam: the lower module owns it, the upper fills it). Only fake quantizers made by
 # a qconfig quantize a bias, and making them imported the package.
-_bias_quantizer: list[Callable[[Tensor, Tensor, Tensor], Tensor]] = []
+BiasQuantizer = Callable[[Tensor | None, Tensor, Tensor], Tensor | None]
+_bias_quantizer: list[BiasQuantizer] = []
 
 
-def use_bias_quantizer(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None:
+def use_bias_quantizer(fn: BiasQuantizer) -> None:
     """Install `fn(bias, inp, w_qat)` as the bias's fake quantization (eager.quantization's)."""
     _bias_quantizer[:] = [fn]
 
@@ -44,10 +45,11 @@ class QATModule(Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.weight_observer: Module | None = None
-        self.act_observer: Module | None = None
-        self.weight_fake_quant: Module | None = None
-        self.act_fake_quant: Module | None = None
+        # observers and fake quantizers (eager.quantization's, or any with their methods)
+        self.weight_observer: Any = None
+        self.act_observer: Any = None
+        self.weight_fake_quant: Any = None
+        self.act_fake_quant: Any = None
 
     def __repr__(self) -> str:
         return "QAT." + super().__repr__()
@@ -83,8 +85,8 @@ class QATModule(Module):
         self._switch(self.with_act, self.act_observer, enable)
         self._switch(self.with_weight, self.weight_observer, enable)
 
-    def _apply_fakequant_with_observer(self, target: Tensor, fake_quant: Module | None,
-                                       observer: Module | None) -> Tensor:
+    def _apply_fakequant_with_observer(self, target: Tensor, fake_quant: Any,
+                                       observer: Any) -> Tensor:
         """`target` observed, then fake-quantized with the observer's qparams; the result
         carries the qparams it was quantized with (a learned quantizer's own where it has
         them), which a following bias quantization reads."""
@@ -120,7 +122,7 @@ class QATModule(Module):
         assert _bias_quantizer, "eager.quantization was not imported, yet made fake quantizers"
         return _bias_quantizer[0](target, inp, w_qat)
 
-    def _ask(self, method: str, fake_quant: Module | None, observer: Module | None) -> Any:
+    def _ask(self, method: str, fake_quant: Any, observer: Any) -> Any:
         """`method()` of the fake quantizer where it has one, else of the observer, else None."""
         for source in (fake_quant, observer):
             if hasattr(source, method):
@@ -144,7 +146,7 @@ class QATModule(Module):
         return self._ask("get_qparams", self.act_fake_quant, self.act_observer)
 
     @classmethod
-    def from_float_module(cls, float_module: Module) -> QATModule:
+    def from_float_module(cls, float_module: Any) -> QATModule:
         """The QAT module computing what `float_module` does, sharing its parameters."""
         raise OpArgumentError(f"{cls.__name__} does not define from_float_module: a QAT module "
                               "class converts its float module there")
