@@ -138,12 +138,15 @@ def load_quantized(t: Tensor, arr: np.ndarray) -> None:
     takes the saved tensor with its dtype: a quantized array as it is (storage and dtype); else,
     into a quantized `t`, an integer array as storage of `t`'s dtype (a checkpoint keeps the
     storage, not the scale), a float one quantized to it."""
+    own = t._qdtype
     if is_quantized(arr.dtype):
         new = Tensor(arr)
+    elif own is None:  # (the caller sends one of the two quantized)
+        raise OpTypeError(f"cannot load an array of dtype {arr.dtype} as quantized.")
     elif arr.dtype.kind in "iu":
-        new = Tensor(arr.astype(grid(t._qdtype).storage).view(t._qdtype))  # type: ignore[arg-type]
+        new = Tensor(arr.astype(grid(own).storage).view(own))
     else:
-        new = Tensor(arr.astype(np.float32)).astype(t._qdtype)
+        new = Tensor(arr.astype(np.float32)).astype(own)
     rebind(t, new)
     tag(t, new._qdtype)  # type: ignore[arg-type]
 

@@ -13,7 +13,7 @@ the quantized Linear layers run (MegEngine's runs `F.linear` on quantized tensor
 >>> b = eg.zeros((1, 1, 1, 1)).astype(qint32(0.125))
 >>> y = conv_bias_activation(x, w, b, dtype=qint8(0.5))
 >>> y.numpy().astype("int8").ravel().tolist(), y.astype("float32").item()
-[18], 9.0
+([18], 9.0)
 """
 
 from __future__ import annotations
