@@ -4,7 +4,6 @@
 `apply_easy_quant`, `quantize`'s refusal, and a QAT training step under `partial_trace` and
 `xla_trace` equal to eager: outputs, gradients, parameters and observer buffers."""
 
-import functools as ft
 import importlib
 import os
 import sys
@@ -239,24 +238,12 @@ def _qat_step(whole, qconfig):
     return build
 
 
-# The shipped qint8 configurations' symmetric scale, bound / 127.5, puts a batch's extreme
-# element on a rounding tie, x / s = +-127.5 exactly in exact arithmetic. Which way it rounds is
-# then decided by the last bit of x / s, and compiled arithmetic differs from eager's there:
-# XLA fuses (and multiplies by the reciprocal of the constant 127.5 where eager divides, as
-# MegEngine does). At the minimum the element moves by a quantization step; at the maximum its
-# straight-through gradient passes where eager masks it (128 is outside the range, 127 inside).
-# So a whole QAT step is compared with a qint8_narrow activation range (the bound / 127 puts
-# the extreme on 127, no tie), and the shipped configuration on what a tie does not move: the
-# first forward and the observers' statistics.
-EMA_NARROW = Q.QConfig(
-    weight_observer=ft.partial(Q.MinMaxObserver, dtype="qint8_narrow"),
-    act_observer=ft.partial(Q.ExponentialMovingAverageObserver, dtype="qint8_narrow"),
-    weight_fake_quant=ft.partial(Q.FakeQuantize, dtype="qint8_narrow"),
-    act_fake_quant=ft.partial(Q.FakeQuantize, dtype="qint8_narrow"))
-
-
+# A symmetric qint8 scale, bound / 127.5, puts a batch's extreme element exactly on a rounding
+# tie (x / s = +-127.5), so the last bit of the compiled arithmetic decides it: these steps
+# check that compiled code computes the scale and x / s as eager does (and MegEngine does).
 @pytest.mark.slow  # five training steps, each way (~13 s)
-@pytest.mark.parametrize("qconfig", [Q.tqt_qconfig, EMA_NARROW], ids=["tqt", "ema_narrow"])
+@pytest.mark.parametrize("qconfig", [Q.tqt_qconfig, Q.ema_fakequant_qconfig,
+                                     Q.min_max_fakequant_qconfig], ids=["tqt", "ema", "minmax"])
 @pytest.mark.parametrize("whole", [False, True], ids=["partial_trace", "xla_trace"])
 def test_a_qat_step_compiled_trains_as_eager_observers_included(whole, qconfig):
     check_against_eager(_qat_step(whole, qconfig), steps=5, rtol=2e-5, atol=2e-5,
