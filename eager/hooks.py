@@ -31,6 +31,7 @@ from .core import tape as _tape
 from .core import tensors as _tensor
 from .core.context import CaptureHooks, atomic, bump_epoch, capturing, current, epoch, hand_over
 from .core.conv_switch import conv_options, conv_rewrites
+from .core.quantized_tensors import tag as _tag_quantized
 from .core.user_frame import describe_location, short_path, user_location
 
 __all__ = [
@@ -40,7 +41,7 @@ __all__ = [
     "with_grad",
     "data", "deref", "assign", "raw_grad", "set_data", "mark_leaf", "unmark_leaf",
     "tape_state", "set_tape_state", "leaf_dependencies", "ragged_length",
-    "set_ragged_length",
+    "set_ragged_length", "quantized_dtype", "set_quantized_dtype",
     "user_location", "describe_location", "short_path", "profiling",
 ]
 # and, for a capture's compiled code: `profiling` times their calls inside `eager.profile()`
@@ -199,3 +200,14 @@ def set_ragged_length(tensor: Any, length: Any) -> None:
     """Make `tensor` (holding padded storage) ragged with logical length `length`, an int32
     device scalar: what a region that returns a data-dependent selection gives back."""
     tensor._len = length
+
+
+def quantized_dtype(tensor: Any) -> Any:
+    """The quantized dtype (qint8(scale), ...) of a Tensor holding integer storage, else None:
+    a region's output keeps it (`set_quantized_dtype`), since the program returns the array."""
+    return tensor._qdtype
+
+
+def set_quantized_dtype(tensor: Any, dtype: Any) -> None:
+    """Make `tensor` (holding integer storage) a quantized tensor of `dtype`."""
+    _tag_quantized(tensor, dtype)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools as ft
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 import jax
@@ -131,16 +131,18 @@ class TracedFunction:
         return "\n".join(lines)
 
     def dump(self, path: str | os.PathLike | BinaryIO, *, dynamic_batch: bool = False,
-             keep_params: bool = False) -> None:
+             keep_params: bool = False, arg_names: Sequence[str] | None = None) -> None:
         """Write the last call's compiled entry, as an inference program, to `path` (a file
         name or a binary file object; MegEngine's `trace.dump`): serialized StableHLO and a
         JSON manifest, which `partial.load` runs without this code. Parameters are baked in
         unless `keep_params`; `dynamic_batch` makes axis 0 of every input symbolic. Raises
         `ExportError` for a region with graph breaks or one that writes state back (a training
-        step, BatchNorm in training mode: call `.eval()` first). See the guide, "Exporting a
-        model"."""
+        step, BatchNorm in training mode: call `.eval()` first). `arg_names` (MegEngine's) names
+        the Tensor arguments in the manifest, one name each, instead of the parameters' names.
+        See the guide, "Exporting a model"."""
         with self._cache.lock:
-            dump_region(self, path, dynamic_batch=dynamic_batch, keep_params=keep_params)
+            dump_region(self, path, dynamic_batch=dynamic_batch, keep_params=keep_params,
+                        arg_names=arg_names)
 
     def export(self, *args: Any, **kwargs: Any) -> jax.export.Exported:
         """The inference forward for arguments like these (Tensors, arrays, or

@@ -36,12 +36,7 @@ _RENAMES = {"megengine.jit": "partial"}
 
 # Why MegEngine's public modules that have no counterpart here have none (docs/guide.md lists
 # them too). Consulted only when the import fails, so a counterpart added later is served.
-_INT8 = ("int8 quantized modules and ops (what `quantize` converts a QAT model to) are not "
-         "implemented; `megengine.quantization` and `megengine.module.qat` are: a QAT model "
-         "computes the int8 model's values in float")
 _WHY_NOT = {
-    "megengine.module.quantized": _INT8,
-    "megengine.functional.quantized": _INT8,
     "megengine.module.external": "MegEngine's modules that run external engines' models "
                                  "(TensorRT, Atlas, Cambricon, MagicMind) are not implemented",
     "megengine.functional.external": "MegEngine's ops that run external engines' models "

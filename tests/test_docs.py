@@ -33,7 +33,7 @@ API_NAMESPACES = ["eager", "eager.functional", "eager.module", "eager.module.qat
                   "eager.optimizer", "eager.autodiff",
                   "eager.amp", "eager.random", "eager.distributed", "eager.distributed.functional",
                   "eager.data", "eager.data.dataset", "eager.data.transform", "eager.hub",
-                  "eager.quantization",
+                  "eager.quantization", "eager.module.quantized", "eager.functional.quantized",
                   "partial"]
 
 

@@ -10,13 +10,15 @@ import pytest
 
 # Modules spelled like a public name on purpose, as in MegEngine: `eager.tensor` imports as the
 # module (`from eager.tensor import Tensor`) while `eg.tensor(...)` is the constructor; so do
-# `eager.amp.autocast` (the class `amp.autocast`) and `eager.distributed.launcher`.
+# `eager.amp.autocast` (the class `amp.autocast`), `eager.distributed.launcher` and
+# `eager.quantization.quantize` (the function `quantize`, as in MegEngine).
 MEGENGINE_SPELLINGS = {("eager", "tensor"), ("eager.amp", "autocast"),
-                       ("eager.distributed", "launcher")}
+                       ("eager.distributed", "launcher"), ("eager.quantization", "quantize")}
 PACKAGES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.distributed",
             "eager.core.ops", "eager.serialization", "eager.data", "eager.data.dataset",
             "eager.data.transform", "eager.data.transform.vision", "eager.autodiff", "eager.amp",
-            "eager.random", "eager.quantization", "partial", "xla_segments", "autograd_bridge"]
+            "eager.random", "eager.quantization", "eager.module.quantized", "partial",
+            "xla_segments", "autograd_bridge"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

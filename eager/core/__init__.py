@@ -7,8 +7,9 @@ It is also MegEngine's `megengine.core` for the one thing MegEngine code reaches
 `_config`, its execution settings.
 """
 
-# `indexing` and `ragged_dispatch` give the Tensor what it reaches above itself
+# `indexing`, `ragged_dispatch` and `quantized_tensors` give the Tensor what it reaches above itself
 # (`tensors.above`): imported here, with the core, before any Tensor is made.
 from . import _config as _config
 from . import indexing as _indexing  # noqa: F401
+from . import quantized_tensors as _quantized_tensors  # noqa: F401
 from . import ragged_dispatch as _ragged_dispatch  # noqa: F401

@@ -68,8 +68,16 @@ class Tensor(TensorMethods):
     _holders: list | None
     __array_priority__ = 1000
     __array_ufunc__ = None  # numpy defers `ndarray op Tensor` to Tensor's reflected operators
+    # a quantized tensor's dtype (qint8(scale), ...), its array the integer storage; a class
+    # default, so that ordinary tensors never make their `__dict__` (quantized_tensors.py)
+    _qdtype: np.dtype | None = None
 
     def __init__(self, data: Any, dtype: DTypeLike | None = None, device: DeviceLike = None):
+        if getattr(dtype, "metadata", None) or getattr(data, "_qdtype", None) is not None or (
+                isinstance(data, np.ndarray) and data.dtype.metadata):
+            data, dtype, qdtype = above.quantized_init(data, dtype)
+            self._qdtype = qdtype
+            QUANTIZED[0] = True
         if _profiling.ON and not isinstance(data, (jax.Array, Tensor)) and _current() is None:
             with _profiling.timed("transfer", "to device") as outs:
                 self._data = to_array(data, dtype, device)
@@ -98,7 +106,8 @@ class Tensor(TensorMethods):
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self._data.dtype)
+        q = self._qdtype
+        return np.dtype(self._data.dtype) if q is None else q
 
     @property
     def ndim(self) -> int:
@@ -167,7 +176,8 @@ class Tensor(TensorMethods):
 
     def numpy(self) -> np.ndarray:
         """A numpy copy of the value (a host read)."""
-        return np.array(self._host(".numpy()"))
+        a = np.array(self._host(".numpy()"))
+        return a if self._qdtype is None else a.view(self._qdtype)  # as MegEngine: qint8 data
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python number."""
@@ -238,6 +248,8 @@ class Tensor(TensorMethods):
         h = _current()
         out = _wrap_from(self, self._data if h is None else h.untracked(h.read(self)))
         out._len = self._len  # a ragged tensor stays ragged: the same storage and length
+        if self._qdtype is not None:
+            out._qdtype = self._qdtype
         return out
 
     def __deepcopy__(self, memo: dict) -> Tensor:
@@ -272,6 +284,8 @@ class Tensor(TensorMethods):
         self._holders = None
 
     def astype(self, dtype: DTypeLike) -> Tensor:
+        if self._qdtype is not None or getattr(dtype, "metadata", None):
+            return above.quantized_astype(self, dtype)  # quantize, dequantize or requantize
         return apply(OPS["astype"], self, dtype=_checked_dtype(dtype))
 
     def _to_device(self, device: Any) -> Tensor:
@@ -285,6 +299,8 @@ class Tensor(TensorMethods):
     def _assign(self, new: Tensor) -> None:
         rebind(self, new, new._node, new._out_idx)
         self._len = new._len
+        if new._qdtype is not None or self._qdtype is not None:  # the value's dtype, as MegEngine
+            self._qdtype = new._qdtype
 
     def set_value(self, value: Any) -> None:
         """Replace this tensor's value, shape and dtype included, by `value`'s (MegEngine's
@@ -415,15 +431,22 @@ class _Above:
     """What the Tensor reaches in the two modules above this one, which make Tensors and run
     ops and so import this module: `indexing.py` parses `t[index]` (`parse_index`) and
     `ragged_dispatch.py` runs ops with a ragged input (`dispatch_ragged`) and reads a ragged
-    tensor's exact array (`exact_array`). Each sets its functions here when it is imported;
-    `eager/core/__init__.py` imports both, so they are set before any Tensor exists."""
+    tensor's exact array (`exact_array`), `quantized_tensors.py` makes and runs ops on
+    quantized tensors. Each sets its functions here when it is imported; `eager/core/__init__.py`
+    imports them, so they are set before any Tensor exists."""
 
     parse_index: Callable[[Any, Any], tuple[tuple, list]]
+    quantized_init: Callable[[Any, Any], tuple[Any, Any, np.dtype]]
+    quantized_astype: Callable[[Tensor, Any], Tensor]
+    dispatch_quantized: Callable[[Op, dict, Sequence], Any]
     dispatch_ragged: Callable[[Op, tuple, Sequence], Any]
     exact_array: Callable[[Any], Any]
 
 
 above = _Above()
+#: whether a quantized tensor was ever made: until then `apply` looks for none
+#: (quantized_tensors.py)
+QUANTIZED = [False]
 
 
 # ----- storage: the one read accessor, the one rebind -------------------------------------------
@@ -558,6 +581,10 @@ def apply(op: Op, *inputs: Any, **attrs: Any) -> Any:
     Returns a Tensor, or a tuple of Tensors for multi-output ops. Arguments the op cannot take
     raise `OpArgumentError` / `OpTypeError` naming the op, the arguments and the user's line.
     """
+    if QUANTIZED[0]:
+        for x in inputs:
+            if isinstance(x, Tensor) and x._qdtype is not None:
+                return above.dispatch_quantized(op, attrs, inputs)
     if (low := _amp.state.get()) is not None:  # inside amp.autocast: cast by the op's rule
         inputs = _amp.cast_inputs(op, inputs, low, Tensor)
     key = tuple(attrs.items()) if attrs else ()

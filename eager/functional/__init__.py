@@ -20,6 +20,7 @@ from . import loss as loss
 from . import math as math
 from . import metric as metric
 from . import nn as nn
+from . import quantized as quantized
 from . import tensor as tensor
 from . import utils as utils
 from . import vision as vision

@@ -231,3 +231,5 @@ __all__ = [
     # MegEngine's `F.nn` lists these too; they live in math.py and vision.py
     "normalize", "remap", "warp_affine", "warp_perspective",
 ]
+
+from .quantized import conv_bias_activation as conv_bias_activation  # noqa: E402  (as MegEngine's F.nn)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..core import context
 from ..core.device import commit
+from ..core.quantized_tensors import is_quantized, load_quantized
 from ..core.tensors import Parameter, Tensor, _wrap, rebind
 from ..serialization.layouts import per_channel
 from .hooks import HookDict, HookHandler, run_with_hooks
@@ -323,6 +324,9 @@ class Module:
             if arr.shape != t.shape:
                 raise ValueError(f"load_state_dict: {name!r} has shape {arr.shape} in the state "
                                  f"but {t.shape} in the module")
+            if t._qdtype is not None or is_quantized(arr.dtype):
+                load_quantized(t, arr)
+                continue
             # (a new array made from numpy, which t alone holds: updates may donate it)
             rebind(t, _wrap(commit(arr.astype(t.dtype), like=t._data)))
 

@@ -30,6 +30,7 @@ from ..core.tensors import Tensor
 from ..logger import get_logger
 from ..module import Module
 from ..module import qat as QAT
+from ..module import quantized as Quantized
 from ..module.hooks import HookHandler
 from ..module.qat import QATModule
 from ..module.qat.module import use_bias_quantizer
@@ -51,16 +52,16 @@ class QuantizeError(EagerError, TypeError):
 
 
 class QuantizedModuleError(QuantizeError, NotImplementedError):
-    """`quantize` has no int8 form for a QAT module (`eager.module.quantized` is not written
-    yet): pass one in `mapping`, or keep the QAT model, which computes the same values in
-    float."""
+    """`quantize` has no int8 form for a QAT module (a subclass of one, or a QAT module of
+    the user's): pass one in `mapping`, or keep the QAT model, which computes the same values
+    in float."""
 
 
 # the float modules MegEngine converts, by its names: those with a QAT form here
 _QUANTABLE = [name for name in QAT.__all__ if name != "QATModule"]
 _FLOAT_TO_QAT: dict[type, type] = {getattr(Float, n): getattr(QAT, n) for n in _QUANTABLE}
-# the int8 forms of the QAT modules: none yet (eager.module.quantized is still to be written)
-_QAT_TO_QUANTIZED: dict[type, type] = {}
+# the int8 forms of the QAT modules, by MegEngine's names
+_QAT_TO_QUANTIZED: dict[type, type] = {getattr(QAT, n): getattr(Quantized, n) for n in _QUANTABLE}
 
 
 def _replace(value: Any, old: Module, new: Module) -> tuple[Any, bool]:
@@ -116,10 +117,10 @@ def _convert(module: Module, table: dict[type, type], make: str, error: type[Qua
 def _no_target(name: str, sub: Module, make: str) -> str:
     kind = type(sub).__name__
     if make == "from_qat_module":
-        return (f"quantize: no int8 module for the QAT {kind} at {name!r}: int8 modules "
-                "(eager.module.quantized) are not implemented yet. Pass its int8 class in "
-                "mapping={qat.%s: ...}, or keep the QAT model, which computes the values of "
-                "the int8 one in float." % kind)
+        return (f"quantize: no int8 module for the QAT {kind} at {name!r} (it is not one of "
+                "eager.module.qat's, which eager.module.quantized converts). Pass its int8 "
+                "class in mapping={%s: ...}, or keep the QAT model, which computes the values "
+                "of the int8 one in float." % kind)
     return (f"quantize_qat: {kind} at {name!r} is a subclass of a module with a QAT form, "
             "but not that module: give its QAT class in mapping={%s: ...} (or call "
             "disable_quantize() on it to keep it in float)." % kind)
@@ -151,8 +152,8 @@ def quantize(module: Module, inplace: bool = True,
              mapping: dict[type, type] | None = None) -> Module:
     """Replace `module`'s QAT sub-modules by their int8 forms (`from_qat_module`); `mapping`
     adds QAT class -> int8 class pairs. Raises `QuantizedModuleError` for a QAT module with no
-    int8 form: this project has none of its own yet. With `inplace=False` a deep copy is
-    converted. Returns the model."""
+    int8 form (a subclass, or one of the user's). With `inplace=False` a deep copy is
+    converted. Returns the model, whose int8 modules only infer (call `.eval()`)."""
     if not inplace:
         module = deepcopy(module)
     table = {**_QAT_TO_QUANTIZED, **(mapping or {})}

@@ -89,7 +89,7 @@ class Outputs(CaptureState):
         tensor by reference, or the current `.grad` of its owner."""
         if self.is_created(t):
             r = self._result(t, returned=True)
-            return Result(r, self._length_of.get(r))
+            return Result(r, self._length_of.get(r), hooks.quantized_dtype(t))
         if id(t) in self.arg_index:
             return Argument(self.arg_index[id(t)])
         source = self.source_of.get(id(t))

@@ -125,6 +125,7 @@ class Entry:
                               and program.out_treedef.num_leaves == 1
                               and isinstance(program.out_leaves[0], Result)
                               and program.out_leaves[0].length is None
+                              and program.out_leaves[0].qdtype is None
                               and not self.writes)
         self.arg_guard = program.arg_guard
         guards: list = [ModuleGuard(ref(), exclude) for ref, exclude in program.modules

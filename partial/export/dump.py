@@ -38,7 +38,8 @@ _CALL_FIRST = "call it once with example inputs first (dump exports the last cal
 
 
 # ----- the entry points ----------------------------------------------------------------------
-def dump_region(traced: Any, path: Any, *, dynamic_batch: bool, keep_params: bool) -> None:
+def dump_region(traced: Any, path: Any, *, dynamic_batch: bool, keep_params: bool,
+                arg_names: Any = None) -> None:
     """`TracedFunction.dump`: write the most recently used entry of `traced` to `path`."""
     fn, settings, cache, name = traced._fn, traced._settings, traced._cache, traced._name()
     what = f"{settings.kind} `{name}`"
@@ -61,6 +62,8 @@ def dump_region(traced: Any, path: Any, *, dynamic_batch: bool, keep_params: boo
             program, specs, mode = _dynamic(fn, settings, (args, kwargs), call, program, what)
         _refuse(program, what)
     names = input_names(fn, entry.key)
+    if arg_names is not None:
+        names = _renamed(names, arg_names, what)
     write(path, _artifact(program, specs, keep_params, names, name, mode))
 
 
@@ -340,6 +343,15 @@ def _artifact(program: Program, specs: list, keep_params: bool, names: list, nam
     tensors = [s.ref() for s in program.sources] if keep_params else []
     param_names = [state.get(id(t), f"param{i}") for i, t in enumerate(tensors)]
     return Artifact(exported, names, [np.asarray(p) for p in params], param_names, name, mode)
+
+
+def _renamed(names: list[str], arg_names: Any, what: str) -> list[str]:
+    """MegEngine's `arg_names`: one new name per Tensor argument, all different."""
+    given = [arg_names] if isinstance(arg_names, str) else [str(n) for n in arg_names]
+    if len(given) != len(names) or len(set(given)) != len(given):
+        raise ExportError(f"{what}: arg_names={given} must give {len(names)} different names, "
+                          f"one per Tensor argument ({names}).")
+    return given
 
 
 def input_names(fn: Callable, key: tuple) -> list[str]:

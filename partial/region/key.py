@@ -146,8 +146,8 @@ def flatten_call(args: tuple, kwargs: dict) -> Call:
             spec.append(value_token(x))
         else:
             raise _unsupported(args, kwargs, x)
-    return Call((treedef, tuple(spec), *_amp_key()), leaves, treedef, tensors, arrays, objects,
-                floats)
+    return Call((treedef, tuple(spec), *_amp_key(), *_quantized_key(tensors)), leaves, treedef,
+                tensors, arrays, objects, floats)
 
 
 def _amp_key() -> tuple:
@@ -155,6 +155,21 @@ def _amp_key() -> tuple:
     dtypes the region computes in. Empty outside autocast."""
     low = _autocast_dtype()
     return () if low is None else (("autocast", low),)
+
+
+def _quantized_key(tensors: list) -> tuple:
+    """The quantized dtypes of quantized Tensor arguments (MegEngine's qint8(scale), ...), by
+    position: their arrays are integers, and the scales are baked into the program as
+    constants, so a new scale is a new entry. Empty when none is quantized (the common case:
+    `_qdtype` is a class default of None)."""
+    found = tuple((i, _dtype_token(t._qdtype)) for i, t in enumerate(tensors)
+                  if t._qdtype is not None)
+    return (("quantized", found),) if found else ()
+
+
+def _dtype_token(dtype: np.dtype) -> tuple:
+    info = dtype.metadata["mgb_dtype"]  # type: ignore[index]
+    return (dtype.str, info["name"], info["scale"], info.get("zero_point", 0))
 
 
 def _distinct_tensors(args: tuple) -> bool:
@@ -175,7 +190,8 @@ def _positional_tensors(args: tuple) -> Call:
         spec = tuple([tensor_spec(a) for a in arrays])
     else:
         spec = (arrays[0].aval,) if len(arrays) == 1 else tuple([a.aval for a in arrays])
-    return Call((treedef, spec, *_amp_key()), tensors, treedef, tensors, arrays, [])
+    return Call((treedef, spec, *_amp_key(), *_quantized_key(tensors)), tensors, treedef,
+                tensors, arrays, [])
 
 
 def _unsupported(args: tuple, kwargs: dict, bad: Any) -> UnsupportedArgumentError:

@@ -92,17 +92,20 @@ Source = Lifted | GradSlot | Hyper  # an input source of any kind
 # ----- values ----------------------------------------------------------------------------------
 class Result:
     """Output `index` of the compiled program; with `length`, the padded storage of a ragged
-    tensor (a data-dependent selection) whose logical length is output `length`."""
+    tensor (a data-dependent selection) whose logical length is output `length`; with
+    `qdtype`, the integer storage of a quantized tensor of that dtype (qint8(scale), ...)."""
 
-    __slots__ = ("index", "length")
+    __slots__ = ("index", "length", "qdtype")
 
-    def __init__(self, index: int, length: int | None = None):
-        self.index, self.length = index, length
+    def __init__(self, index: int, length: int | None = None, qdtype: Any = None):
+        self.index, self.length, self.qdtype = index, length, qdtype
 
     def get(self, outs: list, call: Any) -> Any:
         t = outs[self.index]
         if self.length is not None:
             eg.hooks.set_ragged_length(t, _data(outs[self.length]))
+        if self.qdtype is not None:
+            eg.hooks.set_quantized_dtype(t, self.qdtype)
         return t
 
 

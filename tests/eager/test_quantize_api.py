@@ -147,12 +147,17 @@ def test_observers_and_fake_quantization_switch_for_the_whole_model():
     assert all(q.enabled for q in observers + fakes)
 
 
-def test_quantize_refuses_until_int8_modules_exist_and_takes_a_mapping():
+def test_quantize_refuses_a_qat_module_it_has_no_int8_form_of_and_takes_a_mapping():
+    class MyStub(QAT.QuantStub):
+        pass
+
     net = Q.quantize_qat(M.Sequential(M.QuantStub(), M.Linear(3, 2)))
-    with pytest.raises(QuantizedModuleError, match=r"no int8 module for the QAT QuantStub at "
-                                                   r"'0'.*not implemented yet"):
-        Q.quantize(net)
+    net[0].__class__ = MyStub
+    with pytest.raises(QuantizedModuleError, match=r"no int8 module for the QAT MyStub at "
+                                                   r"'0'.*mapping"):
+        Q.quantize(net, inplace=False)
     assert isinstance(QuantizedModuleError("x"), NotImplementedError)
+    net[0].__class__ = QAT.QuantStub
 
     class Int8(M.Module):
         @classmethod

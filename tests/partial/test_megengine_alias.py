@@ -89,6 +89,14 @@ SERVED = [
     "megengine.module.qat.linear_bn", "megengine.module.qat.elemwise",
     "megengine.module.qat.concat", "megengine.module.qat.quant_dequant",
     "megengine.module.qat.batch_matmul_activation", "megengine.module.quant_dequant",
+    # int8 inference: the modules quantize() converts to, and their kernels
+    "megengine.module.quantized", "megengine.module.quantized.module",
+    "megengine.module.quantized.conv", "megengine.module.quantized.conv_bn",
+    "megengine.module.quantized.conv_transpose_bn", "megengine.module.quantized.linear",
+    "megengine.module.quantized.linear_bn", "megengine.module.quantized.elemwise",
+    "megengine.module.quantized.concat", "megengine.module.quantized.quant_dequant",
+    "megengine.module.quantized.batch_matmul_activation", "megengine.functional.quantized",
+    "megengine.core.tensor.dtype",
     "megengine.module.elemwise", "megengine.module.concat",
     "megengine.module.batch_matmul_activation", "megengine.module.conv_transpose_bn",
     "megengine.module.linear_bn",
@@ -166,8 +174,6 @@ HOMES = [
 
 # MegEngine 1.13's public module paths with deliberately no counterpart here (docs/guide.md)
 UNSERVED = [
-    "megengine.module.quantized", "megengine.module.quantized.linear",
-    "megengine.functional.quantized",
     "megengine.functional.inplace", "megengine.functional.external",
     "megengine.functional.tensor_cache", "megengine.functional.debug_param",
     "megengine.traced_module", "megengine.dtr",

@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (they register the ops)
     nn,
     norm,
     quantize,
+    quantized,
     ragged_ops,
     random,
     reduction,
