@@ -32,6 +32,7 @@ def test_every_example_on_the_page_runs(page, capsys):
 API_NAMESPACES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.autodiff",
                   "eager.amp", "eager.random", "eager.distributed", "eager.distributed.functional",
                   "eager.data", "eager.data.dataset", "eager.data.transform", "eager.hub",
+                  "eager.quantization",
                   "partial"]
 
 

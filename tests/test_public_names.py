@@ -16,7 +16,7 @@ MEGENGINE_SPELLINGS = {("eager", "tensor"), ("eager.amp", "autocast"),
 PACKAGES = ["eager", "eager.functional", "eager.module", "eager.optimizer", "eager.distributed",
             "eager.core.ops", "eager.serialization", "eager.data", "eager.data.dataset",
             "eager.data.transform", "eager.data.transform.vision", "eager.autodiff", "eager.amp",
-            "eager.random", "partial", "xla_segments", "autograd_bridge"]
+            "eager.random", "eager.quantization", "partial", "xla_segments", "autograd_bridge"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -3,7 +3,7 @@ their configurations and the quantized dtypes' parameters.
 
 >>> import eager as eg
 >>> obs = MinMaxObserver(dtype="qint8")
->>> _ = obs(eg.tensor([-1.0, 0.5, 2.54]))
+>>> _ = obs(eg.tensor([-1.0, 0.5, 2.55]))
 >>> round(obs.get_qparams().scale.item(), 4)
 0.02
 """

@@ -9,13 +9,15 @@ tensors), so that the grids and the search's choices are the same as MegEngine's
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 _F32 = np.float32
 
 
-def _regrid(old_min, old_max, new_min, new_max, bins: int, upsample: int) -> tuple:
+def _regrid(old_min: Any, old_max: Any, new_min: Any, new_max: Any, bins: int,
+            upsample: int) -> tuple:
     """The widened range, aligned so that the old bins, each split in `upsample`, fall on the
     new grid: (new_min, new_max, downsample rate, index of the old range's start)."""
     fine = (old_max - old_min) / (bins * upsample)
@@ -34,7 +36,8 @@ def _resample(hist: np.ndarray, upsample: int, down: int, start: int, bins: int)
     return np.diff(integral, prepend=0.0) / upsample
 
 
-def combine(hist: np.ndarray, low, high, x: np.ndarray, bins: int, upsample: int) -> tuple:
+def combine(hist: np.ndarray, low: Any, high: Any, x: np.ndarray, bins: int,
+            upsample: int) -> tuple:
     """The running (histogram, min, max) after the batch `x`."""
     x_min, x_max = x.min(), x.max()
     if hist[0] == -1:  # the first batch: its own range
@@ -50,13 +53,14 @@ def combine(hist: np.ndarray, low, high, x: np.ndarray, bins: int, upsample: int
     return new + _resample(hist, upsample, down, start, bins), new_min, new_max
 
 
-def _l2(begin, end, density):
+def _l2(begin: Any, end: Any, density: Any) -> Any:
     """The squared error of mass spread evenly between offsets `begin` and `end` from the
     centre of the grid cell it is rounded to: density * (end^3 - begin^3) / 3."""
     return density * (end * end * end - begin * begin * begin) / 3
 
 
-def quantization_error(hist: np.ndarray, bin_width, start: int, end: int, dst_bins: int) -> float:
+def quantization_error(hist: np.ndarray, bin_width: Any, start: int, end: int,
+                       dst_bins: int) -> float:
     """The L2 error of quantizing the histogram to `dst_bins` cells spanning bins start..end."""
     cell = bin_width * (end - start + 1) / dst_bins
     if cell == 0.0:
@@ -75,7 +79,7 @@ def quantization_error(hist: np.ndarray, bin_width, start: int, end: int, dst_bi
     return float(np.sum(np.where(first == last, one_cell, spanning)))
 
 
-def non_linear_search(hist: np.ndarray, low, high, dst_bins: int) -> tuple[int, int]:
+def non_linear_search(hist: np.ndarray, low: Any, high: Any, dst_bins: int) -> tuple[int, int]:
     """The first and last bin of the range to quantize: the quantile bounds move inwards by
     1e-5 at a time from the side with fewer bins to drop, while the L2 error falls."""
     bins = len(hist)

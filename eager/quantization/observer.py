@@ -20,9 +20,10 @@ import numpy as np
 from .. import functional as F
 from ..core.context import atomic
 from ..core.errors import OpArgumentError
+from ..core.ops import OPS
 from ..core.process_group import is_distributed
 from ..core.quant_dtype import QParams, QuantDtypeMeta, QuantMode
-from ..core.tensors import Tensor, rebind
+from ..core.tensors import Tensor, apply, rebind
 from ..functional.distributed import all_reduce_max, all_reduce_min
 from ..module.module import Module
 from ._histogram import combine, non_linear_search
@@ -81,16 +82,12 @@ class MinMaxObserver(Observer):
         self.scale_limit = eps
 
     def _calculate_qparams(self, inp_min_val: Tensor, inp_max_val: Tensor) -> QParams:
-        min_val = F.minimum(0.0, inp_min_val)
-        max_val = F.maximum(0.0, inp_max_val)
-        if self.mode == QuantMode.SYMMERTIC:
-            bound = F.maximum(-min_val, max_val)
-            scale = F.maximum(bound / ((self.qmax - self.qmin) / 2), self.scale_limit)
-            zero_point = None
-        else:
-            scale = F.maximum((max_val - min_val) / (self.qmax - self.qmin), self.scale_limit)
-            zero_point = self.qmin - F.round(min_val / scale)
-        return create_qparams(self.mode, self.dtype, scale=scale, zero_point=zero_point)
+        symmetric = self.mode == QuantMode.SYMMERTIC
+        scale, zero_point = apply(OPS["minmax_qparams"], inp_min_val, inp_max_val,
+                                  qmin=int(self.qmin), qmax=int(self.qmax),
+                                  eps=float(self.scale_limit), symmetric=symmetric)
+        return create_qparams(self.mode, self.dtype, scale=scale,
+                              zero_point=None if symmetric else zero_point)
 
     def get_qparams(self) -> QParams:
         return self._calculate_qparams(self.min_val, self.max_val)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import OpArgumentError, OpTypeError
+from ..core.op_errors import require
 from ..core.ops import OPS
 from ..core.quant_dtype import (
     BUILTIN_QUANT_DTYPES,
@@ -89,13 +90,16 @@ def fake_quant_tensor(inp: Tensor, qparams: QParams) -> Tensor:
     qmin, qmax = _range(qparams)
     zero_point = (_tensor(qparams.zero_point) if qparams.mode == QuantMode.ASYMMERTIC
                   else np.float32(0.0))
-    return apply(OPS["fake_quant"], inp, _tensor(qparams.scale), zero_point, qmin=qmin,
-                 qmax=qmax)
+    scale = _tensor(qparams.scale)
+    require("fake_quant", inp, scale, zero_point, qmin=qmin, qmax=qmax)
+    return apply(OPS["fake_quant"], inp, scale, zero_point, qmin=qmin, qmax=qmax)
 
 
 def tqt_forward(qmin: int, qmax: int, inp: Tensor, scale: Tensor) -> Tensor:
     """TQT fake quantization with the scale 2**`scale` (`scale` is its base-2 logarithm)."""
-    return apply(OPS["tqt"], inp, _tensor(scale), qmin=int(qmin), qmax=int(qmax))
+    scale = _tensor(scale)
+    require("tqt", inp, scale, qmin=int(qmin), qmax=int(qmax))
+    return apply(OPS["tqt"], inp, scale, qmin=int(qmin), qmax=int(qmax))
 
 
 def lsq_forward(qmin: int, qmax: int, inp: Tensor, step_size: Tensor,
@@ -104,7 +108,9 @@ def lsq_forward(qmin: int, qmax: int, inp: Tensor, step_size: Tensor,
     gradient (1 by default), `zero_point` is 0 by default."""
     zp = np.float32(0.0) if zero_point is None else _tensor(zero_point)
     gs = np.float32(1.0) if scale_grad is None else _tensor(scale_grad)
-    return apply(OPS["lsq"], inp, _tensor(step_size), zp, gs, qmin=int(qmin), qmax=int(qmax))
+    step_size = _tensor(step_size)
+    require("lsq", inp, step_size, zp, gs, qmin=int(qmin), qmax=int(qmax))
+    return apply(OPS["lsq"], inp, step_size, zp, gs, qmin=int(qmin), qmax=int(qmax))
 
 
 def _bias_scale_ok(inp_params: QParams, w_params: QParams) -> bool:

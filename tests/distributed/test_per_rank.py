@@ -64,6 +64,22 @@ def _expected(name: str, xs: list, w: list) -> tuple[list, list]:
     return [full[:2], full[2:]], [np.concatenate([w[0] * ones[0][:2], w[1] * ones[0][2:]])] * 2
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "partial_trace"])
+def test_sync_observers_take_the_range_over_all_ranks(compiled):
+    results = workers.sync_observers(compiled)
+    batches = [[workers.rank_data(r, (2, 3)) * (i + 1) * (-1 if r else 1) for i in range(3)]
+               for r in range(WORLD)]
+    lows = [min(b[i].min() for b in batches) for i in range(3)]
+    highs = [max(b[i].max() for b in batches) for i in range(3)]
+    lo, hi = np.float32(lows[0]), np.float32(highs[0])
+    for low, high in zip(lows[1:], highs[1:]):  # EMA, momentum 0.9
+        lo, hi = lo * np.float32(0.9) + np.float32(0.1) * low, hi * np.float32(0.9) + \
+            np.float32(0.1) * high
+    for res in results:  # every rank the same
+        np.testing.assert_allclose(res["minmax"], [min(lows), max(highs)], rtol=1e-6)
+        np.testing.assert_allclose(res["ema"], [lo, hi], rtol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, worker_id) -> list:
     """Every training case in one launch (starting 2 processes costs seconds)."""

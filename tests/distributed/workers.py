@@ -48,6 +48,22 @@ def collectives(compiled: bool = False) -> dict:
     return out
 
 
+@dist.launcher(n_gpus=2)
+def sync_observers(compiled: bool = False) -> dict:
+    """The sync observers' statistics after three rank-dependent batches (rank 1's negated, so
+    each rank holds one end of the range), eagerly or inside a partial_trace region."""
+    from eager.quantization import SyncExponentialMovingAverageObserver, SyncMinMaxObserver
+
+    r = dist.get_rank()
+    observers = {"minmax": SyncMinMaxObserver(), "ema": SyncExponentialMovingAverageObserver()}
+    for obs in observers.values():
+        observe = partial_trace(lambda x, obs=obs: obs(x) * 1) if compiled else obs
+        for i in range(3):
+            observe(eg.tensor(rank_data(r, (2, 3)) * (i + 1) * (-1 if r else 1)))
+    return {name: [float(obs.min_val.numpy()), float(obs.max_val.numpy())]
+            for name, obs in observers.items()}
+
+
 TRAINING_CASES = [(k, o, m) for k in ("mlp", "cnn") for o in ("sgd", "adam")
                   for m in ("eager", "partial_trace", "xla_trace")] + [
                       ("mlp", "sgd", "partial_trace+gmcallback"),

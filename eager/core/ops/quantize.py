@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import OpArgumentError
-from .checks import Found, float_only, missing, shape_of
+from .checks import Check, Found, dims, float_only, missing
 from .registry import defop
 
 
@@ -51,27 +51,42 @@ def _summed_to(g: jax.Array, like: jax.Array) -> jax.Array:
     return jnp.sum(g, axis=axes).reshape(shape).astype(jnp.result_type(like))
 
 
+def _fenced(*arrays: jax.Array) -> tuple:
+    """The arrays behind an optimization barrier, which XLA's algebraic simplifier does not
+    look through: inside a compiled region it would otherwise rewrite a division by a constant
+    (or a value it can fold into one) as a multiplication by its reciprocal, one ulp off the
+    division eager code does. Quantization magnifies that ulp: the symmetric observers' scale
+    puts the largest value exactly on a rounding tie (max / (max / 127.5) = 127.5), where it
+    flips the value by a grid step and the gradient mask with it."""
+    return jax.lax.optimization_barrier(arrays)
+
+
+def _fenced_like(x: jax.Array, *params: jax.Array) -> tuple:
+    """Scale-like `params` in x's dtype, broadcast to x's shape before the barrier: XLA also
+    turns x / broadcast(s) into x * broadcast(1 / s), which a fence on the scalar s alone
+    would not stop."""
+    return _fenced(*(jnp.broadcast_to(p.astype(x.dtype), x.shape) for p in params))
+
+
 def _zeros(like: jax.Array) -> jax.Array:
     return jnp.zeros(jnp.shape(like), jnp.result_type(like))
 
 
 # ----- fake_quant ------------------------------------------------------------------------------
-def _fq_grid(x, scale, zero_point, qmin, qmax):
-    """The unclipped integer grid value round(x / s) + z (rounded before the shift, as
-    MegEngine's kernel does: a tie at x / s = -0.5 goes to -1 whatever z is)."""
-    return round_half_away(x / scale.astype(x.dtype)) + zero_point.astype(x.dtype)
 
 
 @ft.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def _fake_quant(x, scale, zero_point, qmin, qmax):
-    q = jnp.clip(_fq_grid(x, scale, zero_point, qmin, qmax), qmin, qmax)
-    return (q - zero_point.astype(x.dtype)) * scale.astype(x.dtype)
+    return _fake_quant_fwd(x, scale, zero_point, qmin, qmax)[0]
 
 
 def _fake_quant_fwd(x, scale, zero_point, qmin, qmax):
-    q = _fq_grid(x, scale, zero_point, qmin, qmax)
+    s, z = _fenced_like(x, scale, zero_point)
+    # rounded before the shift, as MegEngine's kernel does: a tie at x / s = -0.5 goes to -1
+    # whatever z is
+    q = round_half_away(x / s) + z
     inside = (q >= qmin) & (q <= qmax)
-    y = (jnp.clip(q, qmin, qmax) - zero_point.astype(x.dtype)) * scale.astype(x.dtype)
+    y = (jnp.clip(q, qmin, qmax) - z) * s
     return y, (inside, scale, zero_point)
 
 
@@ -86,12 +101,11 @@ _fake_quant.defvjp(_fake_quant_fwd, _fake_quant_bwd)
 # ----- tqt -------------------------------------------------------------------------------------
 @ft.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def _tqt(x, log2_scale, qmin, qmax):
-    t = jnp.exp2(log2_scale.astype(x.dtype))
-    return jnp.clip(round_half_away(x / t), qmin, qmax) * t
+    return _tqt_fwd(x, log2_scale, qmin, qmax)[0]
 
 
 def _tqt_fwd(x, log2_scale, qmin, qmax):
-    t = jnp.exp2(log2_scale.astype(x.dtype))
+    (t,) = _fenced_like(x, jnp.exp2(log2_scale.astype(x.dtype)))
     v = x / t
     q = jnp.clip(round_half_away(v), qmin, qmax)
     return q * t, (v, q, t, log2_scale)
@@ -116,7 +130,7 @@ def _lsq(x, step, zero_point, grad_scale, qmin, qmax):
 
 
 def _lsq_fwd(x, step, zero_point, grad_scale, qmin, qmax):
-    s, z = step.astype(x.dtype), zero_point.astype(x.dtype)
+    s, z = _fenced_like(x, step, zero_point)
     v = x / s + z
     r = round_half_away(v)
     y = (jnp.clip(r, qmin, qmax) - z) * s
@@ -137,8 +151,9 @@ _lsq.defvjp(_lsq_fwd, _lsq_bwd)
 
 
 # ----- checks and the ops ----------------------------------------------------------------------
-def _check(names: Sequence[str]):
-    """Float tensors whose scale-like inputs broadcast against x, and qmin <= qmax."""
+def _check(names: Sequence[str]) -> Check:
+    """Float tensors whose scale-like inputs broadcast against x, and qmin <= qmax (jax would
+    take an integer input or an empty grid silently: the wrappers run it before the call)."""
     def check(inputs: Sequence, attrs: dict) -> Found:
         if (found := missing(inputs, names)) is not None:
             return found
@@ -148,34 +163,61 @@ def _check(names: Sequence[str]):
         if attrs["qmin"] > attrs["qmax"]:
             return OpArgumentError, (f"qmin={attrs['qmin']} is above qmax={attrs['qmax']}: "
                                      "the integer grid is empty.")
-        x_shape = shape_of(inputs[0])
+        x_shape = dims(inputs[0])
         for p, what in zip(inputs[1:], names[1:]):
             try:
-                if np.broadcast_shapes(x_shape, shape_of(p)) != x_shape:
+                if np.broadcast_shapes(x_shape, dims(p)) != x_shape:
                     raise ValueError
             except ValueError:
-                return OpArgumentError, (f"the {what} has shape {shape_of(p)}, which does not "
+                return OpArgumentError, (f"the {what} has shape {dims(p)}, which does not "
                                          f"broadcast to the input's {x_shape}: give a scalar "
                                          "or one value per channel.")
         return None
     return check
 
 
-@defop("fake_quant", check=_check(("input", "scale", "zero point")), quick=True)
+_FAKE_QUANT = _check(("input", "scale", "zero point"))
+
+
+@defop("fake_quant", check=_FAKE_QUANT, before=_FAKE_QUANT, quick=True)
 def fake_quant(x, scale, zero_point, *, qmin, qmax):
     """Quantize to [qmin, qmax] with scale and zero point and dequantize (MegEngine's
     `FakeQuant`); straight-through gradient for x."""
     return _fake_quant(x, jnp.asarray(scale), jnp.asarray(zero_point), qmin, qmax)
 
 
-@defop("tqt", check=_check(("input", "log2 scale")), quick=True)
+_TQT = _check(("input", "log2 scale"))
+
+
+@defop("tqt", check=_TQT, before=_TQT, quick=True)
 def tqt(x, log2_scale, *, qmin, qmax):
     """Fake quantization with the scale 2**log2_scale, learnable (MegEngine's `TQT`)."""
     return _tqt(x, jnp.asarray(log2_scale), qmin, qmax)
 
 
-@defop("lsq", check=_check(("input", "step size", "zero point", "grad scale")), quick=True)
+_LSQ = _check(("input", "step size", "zero point", "grad scale"))
+
+
+@defop("lsq", check=_LSQ, before=_LSQ, quick=True)
 def lsq(x, step_size, zero_point, grad_scale, *, qmin, qmax):
     """Fake quantization with a learnable step size (MegEngine's `LSQ`)."""
     return _lsq(x, jnp.asarray(step_size), jnp.asarray(zero_point), jnp.asarray(grad_scale),
                 qmin, qmax)
+
+
+@defop("minmax_qparams", differentiable=False, multi_output=True, quick=True)
+def minmax_qparams(min_val, max_val, *, qmin, qmax, eps, symmetric):
+    """(scale, zero point) for the range [min_val, max_val] widened to include 0 (MegEngine's
+    min-max observers): symmetric, the larger side over half the grid (zero point 0);
+    asymmetric, the whole range over the grid and qmin - round(min / scale); the scale at
+    least `eps`. The grid's width is fenced (`_fenced`), so that a compiled region divides by
+    it as eager code does."""
+    lo = jnp.minimum(min_val, 0).astype(jnp.float32)
+    hi = jnp.maximum(max_val, 0).astype(jnp.float32)
+    if symmetric:
+        (half,) = _fenced(jnp.float32((qmax - qmin) / 2))
+        scale = jnp.maximum(jnp.maximum(-lo, hi) / half, jnp.float32(eps))
+        return scale, jnp.zeros_like(scale)
+    (width,) = _fenced(jnp.float32(qmax - qmin))
+    scale = jnp.maximum((hi - lo) / width, jnp.float32(eps))
+    return scale, jnp.float32(qmin) - round_half_away(lo / scale)
