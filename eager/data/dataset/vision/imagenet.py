@@ -106,7 +106,7 @@ def _read_meta_mat(path: str) -> tuple[dict[int, str], dict[str, tuple[str, ...]
                                    "ILSVRC2012_devkit_t12.tar.gz next to the train and val "
                                    "folders")
     try:
-        import scipy.io
+        import scipy.io  # type: ignore[import-untyped]  # optional: only meta.mat
     except ImportError as e:
         raise ImportError("ImageNet.meta reads the devkit's meta.mat with scipy, which is not "
                           "installed: pip install scipy") from e
