@@ -8,19 +8,20 @@ MODEL is a function of `official/quantization/models` (`resnet18`, `shufflenet_v
 initialisation, converts it with `quantize_qat(model, ema_fakequant_qconfig)` and saves the QAT
 model's `state_dict` (`WORK/MODEL.pkl`: weights, BatchNorm statistics, the observers' untouched
 statistics); the project side converts its own build the same way and loads that file. Then,
-on both: in training mode, one forward of `WORK/image.npy` and backward of the cross entropy
-against `WORK/label.npy` (the logits, the loss, every parameter's gradient norm and the full
-gradients of the first and last two parameters), every buffer after it (the EMA observers'
-`min_val` / `max_val` / `runtime_momentum`, BatchNorm's statistics), then a second forward of
-`WORK/image2.npy` without gradients (its logits and the buffers again: the observers' moving
-average after its first, assigning, update).
+on both: in training mode (MobileNet's Dropout in eval mode: the sides' random streams differ),
+one forward of `WORK/image.npy` and backward of the cross entropy against `WORK/label.npy` (the
+logits, the loss, every parameter's gradient norm and the full gradients of the first and last
+two parameters), every buffer after it (the EMA observers' `min_val` / `max_val` /
+`runtime_momentum`, BatchNorm's statistics), then a second forward of `WORK/image2.npy` without
+gradients (its logits and the buffers again: the observers' moving average after its first,
+assigning, update).
 
     python qat_runner.py megengine-nudged MODEL WORK OUT
 
-runs MegEngine's side again from the saved state with the first BatchNorm's weight (its gamma,
-1 at initialisation) scaled by 1 + `NUDGE`: a float32-rounding-sized change of the first folded
-convolution's weight. How far that run lands from MegEngine's own is the spread of float32
-rounding through fake quantization, against which this project's distance is judged.
+runs MegEngine's side again from the saved state with one BatchNorm's weight (its gamma, 1 at
+initialisation; the first by name) scaled by 1 + `NUDGE`: a float32-rounding-sized change of
+that folded convolution's weight. How far that run lands from MegEngine's own is the spread of
+float32 rounding through fake quantization, against which this project's distance is judged.
 """
 
 from __future__ import annotations
@@ -54,9 +55,13 @@ def build(name: str, megengine: Any) -> Any:
 
 def steps(model: Any, inputs: dict[str, np.ndarray], megengine: Any) -> dict[str, Any]:
     import megengine.functional as F
+    import megengine.module as M
     from megengine.autodiff import GradManager
 
     model.train()
+    for module in model.modules():  # their random streams differ between the sides
+        if isinstance(module, M.Dropout):
+            module.eval()
     params = list(model.named_parameters())
     gm = GradManager().attach([p for _, p in params])
     with gm:
