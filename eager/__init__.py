@@ -57,7 +57,7 @@ from .core.ragged import ragged_buckets, set_ragged_buckets
 from .core.ragged_dispatch import ragged_fallbacks
 from .core.tensors import Parameter, Tensor, apply, read, rebind
 from .device import get_default_device, is_cuda_available, set_default_device
-from .logger import get_logger
+from .logger import get_logger, set_log_file, set_log_level
 from .profiling import profile
 from .serialization import load, save
 
@@ -71,5 +71,5 @@ __all__ = [
     "Op", "defop", "EagerError", "OpArgumentError", "OpTypeError", "OpIndexError",
     "AllocationError", "AttachError", "BackwardError", "CheckpointError", "DeviceError",
     "DistributedError", "WorkerError", "config", "is_cuda_available", "get_logger", "profile",
-    "profiling",
+    "profiling", "set_log_file", "set_log_level",
 ]

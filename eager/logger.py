@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import IO
 
 _ROOT = "eager"
 _FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
@@ -47,8 +48,10 @@ def set_log_level(level: int | str, update_existing: bool = True) -> None:
                 logger.setLevel(_level)
 
 
-def set_log_file(path: str, mode: str = "a") -> None:
-    """Also write every message to the file at `path`."""
-    handler = logging.FileHandler(path, mode)
+def set_log_file(fout: str | IO[str], mode: str = "a") -> None:
+    """Also write every message to `fout`: a file name (opened with `mode`) or an open text
+    file, as MegEngine's `megengine.set_log_file` takes either."""
+    handler: logging.Handler = (logging.FileHandler(fout, mode) if isinstance(fout, str)
+                                else logging.StreamHandler(fout))
     handler.setFormatter(logging.Formatter(_FORMAT, "%m-%d %H:%M:%S"))
     _root().addHandler(handler)

@@ -60,8 +60,6 @@ _WHY_NOT = {
                      "`partial.xla_trace`) compiles with XLA here",
     "megengine.amp.convert_format": "the NHWC layout conversion of amp is not implemented",
     "megengine.data.dataset.vision.cityscapes": "the Cityscapes dataset is not implemented",
-    "megengine.data.dataset.vision.imagenet": "the ImageNet dataset class is not implemented; "
-                                              "`ImageFolder` reads its class folders",
     "megengine.data.dataset.vision.utils": "MegEngine's dataset download helpers: datasets here "
                                            "read files already on disk",
     **dict.fromkeys(("megengine.data.signal_handling", "megengine.data.tools"),

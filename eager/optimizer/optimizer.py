@@ -86,7 +86,7 @@ class _Watched(dict):
 
 # What an optimizer takes: the tensors to update, or param groups (dicts with "params" and any
 # hyper-parameters overriding the defaults)
-Params = Iterable[Tensor] | Iterable[dict[str, Any]]
+Params = Iterable[Tensor] | Iterable[dict[str, Any]] | dict[str, Any] | Tensor
 
 
 class Optimizer:
@@ -104,7 +104,8 @@ class Optimizer:
         self.defaults = defaults
         self.param_groups: list[dict[str, Any]] = []
         self.state: dict[Tensor, dict[str, Tensor]] = _Watched()
-        items: list = list(params)
+        # MegEngine takes one group's dict, or one tensor, as well as an iterable of them
+        items: list = [params] if isinstance(params, (dict, Tensor)) else list(params)
         if not items:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         for group in items if isinstance(items[0], dict) else [{"params": items}]:

@@ -387,6 +387,15 @@ def test_param_groups_have_their_own_lr(rng):
         _close(v1, ref1[step])
 
 
+def test_one_group_dict_or_one_tensor_is_taken_as_megengine_takes_it():
+    # the zoo's get_parameters returns {"params": model.parameters(), "weight_decay": wd}
+    params = [eg.Parameter(eg.ones(2)), eg.Parameter(eg.ones(3))]
+    opt = optim.SGD({"params": iter(params), "weight_decay": 1e-4}, lr=0.1, momentum=0.9)
+    assert len(opt.param_groups) == 1 and opt.param_groups[0]["params"] == params
+    assert opt.param_groups[0]["weight_decay"] == 1e-4
+    assert optim.SGD(params[0], lr=0.1).param_groups[0]["params"] == [params[0]]
+
+
 @pytest.mark.parametrize("name", ["sgd", "adam"])
 def test_changing_lr_between_steps_takes_effect(rng, name):
     init, grads, params = _setup(rng, shapes=[(4,)], steps=4)

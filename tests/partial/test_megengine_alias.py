@@ -53,6 +53,7 @@ SERVED = [
     "megengine.data.dataset", "megengine.data.dataset.meta_dataset",
     "megengine.data.dataset.vision", "megengine.data.dataset.vision.cifar",
     "megengine.data.dataset.vision.coco", "megengine.data.dataset.vision.folder",
+    "megengine.data.dataset.vision.imagenet",
     "megengine.data.dataset.vision.meta_vision", "megengine.data.dataset.vision.mnist",
     "megengine.data.dataset.vision.objects365", "megengine.data.dataset.vision.voc",
     "megengine.data.sampler", "megengine.data.transform",
@@ -180,7 +181,7 @@ UNSERVED = [
     "megengine.dtr.dtr", "megengine.xla", "megengine.jit.dtr_config",
     "megengine.jit.sublinear_memory_config", "megengine.jit.graph_opt_config",
     "megengine.amp.convert_format", "megengine.data.dataset.vision.cityscapes",
-    "megengine.data.dataset.vision.imagenet", "megengine.data.dataset.vision.utils",
+    "megengine.data.dataset.vision.utils",
     "megengine.data.signal_handling", "megengine.data.tools", "megengine.distributed.server",
     "megengine.tools", "megengine.utils", "megengine.experimental", "megengine.version",
     "megengine.conftest"
