@@ -137,6 +137,16 @@ def test_a_qat_linear_passes_gradients_straight_through_the_fake_quantization():
     float_m = _with_bias(M.Linear(6, 5), seed=5)
     qat, stub = _qat(float_m), _stub()
     x, cot = randn(4, 6, seed=6), randn_array(4, 5, seed=7)
+    # The output's largest magnitude sits on a rounding tie by construction (max / (max / 127.5)
+    # = 127.5): whether it rounds inside the grid hangs on the last bit of a matrix product,
+    # which XLA may sum in another order than the reference, and it decides that element's
+    # straight-through mask (jax 0.12 flips it). No cotangent there, so the comparison does
+    # not rest on a tie.
+    xq_ref = jfake_quant(jnp.asarray(x.numpy()), I8)[0]
+    wq_ref = jfake_quant(jnp.asarray(float_m.weight.numpy()), I8N)[0]
+    pre = np.asarray(xq_ref @ wq_ref.T) + float_m.bias.numpy()
+    cot = np.asarray(cot).copy()
+    cot[np.unravel_index(np.abs(pre).argmax(), pre.shape)] = 0
     out, grads = _grads(qat, stub, x, cot, [qat.weight, qat.bias])
 
     def ref(x, w, b):
