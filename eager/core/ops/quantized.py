@@ -9,8 +9,13 @@ rounded half away from zero, shifted by the output's zero point and saturated to
 The order matters on ties: acc times the one multiplier acc_scale / out_scale rounds about one
 value in five million to the other side of a half (measured against MegEngine 1.13's
 `conv_bias_activation` on every int8 product under 300 random scales, and the zoo's ResNet-18;
-the two-step product agrees on all). The scales and zero points are static
-attributes (a quantized dtype carries them), so a compiled program bakes them in.
+the two-step product agrees on all). MegEngine also adds the bias after dequantizing, in
+float32; here it is added in int32, because XLA:CPU contracts that float sum of products into a
+fused multiply-add, rounding once where MegEngine rounds three times (no barrier stops it):
+2 of the zoo's MobileNet V2's 14.1M int8 outputs land one step apart on such a tie.
+
+The scales and zero points are static attributes (a quantized dtype carries them), so a
+compiled program bakes them in.
 
 A convolution is lowered to strided slices (im2col) and one int8 `dot_general` per group with
 `preferred_element_type=int32`: XLA:CPU's integer convolution has no fast kernel (about 18x
