@@ -23,7 +23,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ..core.errors import CheckpointError
+from ..core.errors import CheckpointError, OpArgumentError
+from ..core.quant_dtype import BUILTIN_QUANT_DTYPES, create_quantized_dtype
 from ..core.tensors import Parameter, Tensor
 from .checkpoint_format import DTYPES, MAX_DEPTH
 
@@ -63,7 +64,8 @@ class Stub:
 # ----- numpy ------------------------------------------------------------------------------------
 class _Dtype(Stub):
     """`numpy.dtype(name, align, copy)`, then BUILD with numpy's state tuple: a plain numeric
-    dtype from the checkpoint table with a byte order, nothing structured or object."""
+    dtype from the checkpoint table with a byte order, nothing structured or object; metadata
+    only as MegEngine's quantized dtypes carry it (`_quantized`)."""
 
     def __init__(self, name: Any, align: Any = False, copy: Any = True):
         try:
@@ -79,14 +81,37 @@ class _Dtype(Stub):
         # numpy's state: (version, byte order, subarray, names, fields, elsize, alignment,
         # flags[, metadata])
         if not (isinstance(state, tuple) and len(state) in (8, 9)
-                and state[1] in ("<", ">", "|", "=") and state[2:5] == (None, None, None)
-                and (len(state) == 8 or not state[8])):
+                and state[1] in ("<", ">", "|", "=") and state[2:5] == (None, None, None)):
             raise refuse(f"malformed dtype state {reprlib.repr(state)}")
+        if len(state) == 9 and state[8]:  # MegEngine's quantized dtypes: int8 weights' scale
+            self.dtype = _quantized(self.dtype, state[8])
         if state[1] in "<>":
             self.dtype = self.dtype.newbyteorder(state[1])
 
     def value(self) -> np.dtype:
         return self.dtype.newbyteorder("=")  # numpy prints "<f4" for an explicit order
+
+
+def _quantized(storage: np.dtype, metadata: Any) -> np.dtype:
+    """`storage` as the quantized dtype that `metadata` describes: exactly MegEngine's
+    `{"mgb_dtype": {"name", "scale"[, "zero_point"]}}` of a built-in quantized dtype stored so
+    (what `megengine.save` writes for a quantized model's weights), rebuilt from checked values;
+    any other metadata is refused."""
+    info = metadata.get("mgb_dtype") if isinstance(metadata, dict) and len(metadata) == 1 \
+        else None
+    metas = [m for m in BUILTIN_QUANT_DTYPES.values()
+             if isinstance(info, dict) and m.cname == info.get("name")
+             and m.np_dtype_str == storage.name]
+    scale, zero_point = (info.get("scale"), info.get("zero_point")) if metas else (None, None)
+    unsigned = bool(metas) and metas[0].is_unsigned
+    if not (metas and type(scale) in (float, int) and math.isfinite(scale) and scale > 0
+            and set(info) == ({"name", "scale", "zero_point"} if unsigned else {"name", "scale"})
+            and (not unsigned or type(zero_point) is int)):
+        raise refuse(f"the file holds a dtype with metadata {reprlib.repr(metadata)}")
+    try:
+        return create_quantized_dtype(metas[0], scale, zero_point)
+    except OpArgumentError as e:  # a zero point outside the type's range
+        raise refuse(f"the file holds an invalid quantized dtype: {e}") from None
 
 
 _NDARRAY = object()  # what `numpy.ndarray` stands for: only ever an argument of `_reconstruct`

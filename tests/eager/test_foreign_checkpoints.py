@@ -150,6 +150,35 @@ def test_plain_pickles_of_arrays_and_containers_load(protocol, tmp_path):
     assert got["n"] == obj["n"] and got["st"] == {1, 2} and got["fs"] == frozenset({"a"})
 
 
+def test_quantized_arrays_load_with_their_dtype(tmp_path):
+    """A quantized model's `state_dict` as `megengine.save` writes it: int8 weights whose numpy
+    dtype carries MegEngine's `mgb_dtype` metadata (the scale) load with it."""
+    from eager.quantization.dtype import qint8, quint8
+
+    obj = {"w": np.arange(-3, 3, dtype=np.int8).view(qint8(0.25)),
+           "u": np.arange(4, dtype=np.uint8).view(quint8(0.5, 7))}
+    path = tmp_path / "q.pkl"
+    for protocol in (2, 4, 5):
+        path.write_bytes(pickle.dumps(obj, protocol=protocol))
+        got = eg.load(path)
+        for k in obj:
+            assert got[k].dtype.metadata == obj[k].dtype.metadata
+            np.testing.assert_array_equal(got[k].view(got[k].dtype.str), obj[k].view(
+                obj[k].dtype.str))
+
+
+@pytest.mark.parametrize("metadata", [
+    {"other": 1}, {"mgb_dtype": {"name": "QuantizedS8", "scale": 0.5, "extra": os.getcwd()}},
+    {"mgb_dtype": {"name": "QuantizedS8", "scale": -1.0}},
+    {"mgb_dtype": {"name": "Quantized8Asymm", "scale": 0.5, "zero_point": 7}},  # not uint8
+    {"mgb_dtype": {"name": "QuantizedS8", "scale": "0.5"}}], ids=str)
+def test_other_dtype_metadata_is_refused(metadata, tmp_path):
+    path = tmp_path / "m.pkl"
+    path.write_bytes(pickle.dumps({"a": np.zeros(2, np.dtype("i1", metadata=metadata))}))
+    with pytest.raises(eg.CheckpointError, match="metadata"):
+        eg.load(path)
+
+
 # ----- MegEngine ---------------------------------------------------------------------------------
 class ConvNet(M.Module):
     """The network of `data/megengine_files/make.py`, in eager's modules."""

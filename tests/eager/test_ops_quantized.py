@@ -13,6 +13,7 @@ import eager as eg
 import eager.functional as F
 from eager.core.errors import OpTypeError
 from eager.quantization.dtype import qint8, qint32, quint8
+from partial import xla_trace
 from tests.helpers import examples
 
 COVERED = {"quantize", "dequantize", "requantize", "conv_bias_activation",
@@ -31,7 +32,9 @@ def _quant(x, scale):
 
 
 def _requant(acc, acc_scale, out_scale, relu=False, zp=0, lo=-128, hi=127):
-    v = acc.astype(np.float32) * (np.float32(acc_scale) / np.float32(out_scale))
+    """MegEngine's requantization: dequantized, then quantized, each a float32 product."""
+    v = (acc.astype(np.float32) * np.float32(acc_scale)) * (np.float32(1) /
+                                                            np.float32(out_scale))
     q = _round(v)
     if relu:
         q = np.maximum(q, 0)
@@ -143,6 +146,22 @@ def test_conv_bias_activation_against_numpy_integers(case):
     acc = _conv_ref(x, w, case["stride"], case["pad"], case["dil"], g) + b
     assert y.dtype.metadata["mgb_dtype"]["scale"] == so
     np.testing.assert_array_equal(_storage(y), _requant(acc, acc_scale, so, case["relu"]))
+
+
+@pytest.mark.parametrize("x, w, si, sw, so, want", [
+    (-106, -111, 1.6421654224395752, 0.1951054483652115, 36.074378967285156, 105),
+    (-37, -126, 1.6574851274490356, 1.8500088453292847, 129.36996459960938, 110)])
+def test_requantization_rounds_ties_as_megengine(x, w, si, sw, so, want):
+    """Products whose requantization lands within an ulp of a half: MegEngine 1.13's CPU kernel
+    gives `want` (measured); the single multiplier acc_scale / out_scale rounds them the other
+    way, and so would XLA if it folded the two float32 products into one."""
+    acc_scale = float(np.float32(si) * np.float32(sw))
+    args = (_q(np.full((1, 1, 1, 1), x, np.int8), qint8(si)),
+            _q(np.full((1, 1, 1, 1), w, np.int8), qint8(sw)),
+            _q(np.zeros((1, 1, 1, 1), np.int32), qint32(acc_scale)), qint8(so))
+    eager = F.quantized.conv_bias_activation(*args)
+    jitted = xla_trace(lambda: F.quantized.conv_bias_activation(*args))()
+    assert _storage(eager).item() == _storage(jitted).item() == want
 
 
 def test_convolution_mode_flips_and_quint8_input_shifts():

@@ -3,10 +3,19 @@
 arithmetic on XLA, int8 operands multiplied with int32 accumulation, the bias added in int32,
 then requantized to the output's grid.
 
-Requantization is MegEngine's: the int32 accumulator times the float32 multiplier
-acc_scale / out_scale, rounded half away from zero, the activation applied, shifted by the
-output's zero point and saturated to [qmin, qmax]. The scales and zero points are static
-attributes (a quantized dtype carries them), so a compiled program bakes them in.
+Requantization is MegEngine's CPU kernels': the int32 accumulator dequantized (times acc_scale in
+float32), then quantized (times the float32 reciprocal of out_scale), the activation applied,
+rounded half away from zero, shifted by the output's zero point and saturated to [qmin, qmax].
+The order matters on ties: acc times the one multiplier acc_scale / out_scale rounds about one
+value in five million to the other side of a half (measured against MegEngine 1.13's
+`conv_bias_activation` on every int8 product under 300 random scales, and the zoo's ResNet-18;
+the two-step product agrees on all). MegEngine also adds the bias after dequantizing, in
+float32; here it is added in int32, because XLA:CPU contracts that float sum of products into a
+fused multiply-add, rounding once where MegEngine rounds three times (no barrier stops it):
+2 of the zoo's MobileNet V2's 14.1M int8 outputs land one step apart on such a tie.
+
+The scales and zero points are static attributes (a quantized dtype carries them), so a
+compiled program bakes them in.
 
 A convolution is lowered to strided slices (im2col) and one int8 `dot_general` per group with
 `preferred_element_type=int32`: XLA:CPU's integer convolution has no fast kernel (about 18x
@@ -62,7 +71,10 @@ def _requantize(acc: jax.Array, *, multiplier: float, acc_scale: float, out_scal
         real = acc.astype(jnp.float32) * np.float32(acc_scale)
         v = real * jnp.clip(real + 3, 0, 6) / 6 / np.float32(out_scale)
     else:
-        v = acc.astype(jnp.float32) * np.float32(multiplier)
+        # dequantized, then quantized: MegEngine's order (see the module docstring); the
+        # barrier keeps XLA from folding the two constants into the one multiplier
+        v = lax.optimization_barrier(acc.astype(jnp.float32) * np.float32(acc_scale))
+        v = v * reciprocal(out_scale)
         if nonlinear == "relu":
             v = jnp.maximum(v, 0)
     return _saturate(v, zero_point=zero_point, qmin=qmin, qmax=qmax, storage=storage)
