@@ -99,17 +99,19 @@ def _quantized(storage: np.dtype, metadata: Any) -> np.dtype:
     any other metadata is refused."""
     info = metadata.get("mgb_dtype") if isinstance(metadata, dict) and len(metadata) == 1 \
         else None
+    if not isinstance(info, dict):
+        raise refuse(f"the file holds a dtype with metadata {reprlib.repr(metadata)}")
     metas = [m for m in BUILTIN_QUANT_DTYPES.values()
-             if isinstance(info, dict) and m.cname == info.get("name")
-             and m.np_dtype_str == storage.name]
-    scale, zero_point = (info.get("scale"), info.get("zero_point")) if metas else (None, None)
+             if m.cname == info.get("name") and m.np_dtype_str == storage.name]
+    scale, zero_point = info.get("scale"), info.get("zero_point")
     unsigned = bool(metas) and metas[0].is_unsigned
-    if not (metas and type(scale) in (float, int) and math.isfinite(scale) and scale > 0
+    if not (metas and isinstance(scale, (float, int)) and type(scale) is not bool
+            and math.isfinite(scale) and scale > 0
             and set(info) == ({"name", "scale", "zero_point"} if unsigned else {"name", "scale"})
             and (not unsigned or type(zero_point) is int)):
         raise refuse(f"the file holds a dtype with metadata {reprlib.repr(metadata)}")
     try:
-        return create_quantized_dtype(metas[0], scale, zero_point)
+        return create_quantized_dtype(metas[0], float(scale), zero_point)
     except OpArgumentError as e:  # a zero point outside the type's range
         raise refuse(f"the file holds an invalid quantized dtype: {e}") from None
 
