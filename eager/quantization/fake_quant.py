@@ -17,12 +17,11 @@ from .. import functional as F
 from ..core.errors import OpArgumentError
 from ..core.quant_dtype import LSQParams, QParams, QuantDtypeMeta, QuantMode
 from ..core.tensors import Parameter, Tensor, rebind
-from ..module.module import Module
+from ._quantizer import Quantizer
 from .utils import (
     QParamsModuleMixin,
     create_qparams,
     fake_quant_tensor,
-    get_dtype_meta,
     lsq_forward,
     tqt_forward,
 )
@@ -32,25 +31,9 @@ __all__ = ["FakeQuantize", "TQT", "LSQ"]
 _F32 = np.float32
 
 
-class _FakeQuantize(Module):
+class _FakeQuantize(Quantizer):
     """What the fake quantizers share: the target dtype and `enable`/`disable` (disabled, the
     input passes unchanged)."""
-
-    def __init__(self, dtype: str | QuantDtypeMeta, enable: bool = True, **kwargs: Any):
-        super().__init__()
-        kwargs.pop("narrow_range", None)  # MegEngine ignores it too: the dtype says it
-        meta = get_dtype_meta(dtype)
-        assert meta is not None
-        self.dtype = meta
-        self.qmin = meta.qmin
-        self.qmax = meta.qmax
-        self.enabled = enable
-
-    def enable(self) -> None:
-        self.enabled = True
-
-    def disable(self) -> None:
-        self.enabled = False
 
     def fake_quant_forward(self, inp: Tensor, qparams: QParams | None = None) -> Tensor:
         raise NotImplementedError

@@ -27,7 +27,8 @@ from ..core.tensors import Tensor, apply, rebind
 from ..functional.distributed import all_reduce_max, all_reduce_min
 from ..module.module import Module
 from ._histogram import combine, non_linear_search
-from .utils import QParamsModuleMixin, create_qparams, get_dtype_meta
+from ._quantizer import Quantizer
+from .utils import QParamsModuleMixin, create_qparams
 
 __all__ = ["Observer", "MinMaxObserver", "SyncMinMaxObserver", "ExponentialMovingAverageObserver",
            "SyncExponentialMovingAverageObserver", "HistogramObserver", "PassiveObserver"]
@@ -39,25 +40,9 @@ def _scalar(value: float) -> Tensor:
     return Tensor(np.asarray(value, _F32))
 
 
-class Observer(Module, QParamsModuleMixin):
+class Observer(Quantizer, QParamsModuleMixin):
     """Base of the observers: the quantized dtype whose range they compute parameters for, and
     `enable`/`disable` (also set by `train`/`eval`, as in MegEngine)."""
-
-    def __init__(self, dtype: str | QuantDtypeMeta, **kwargs: Any):
-        super().__init__()
-        kwargs.pop("narrow_range", None)  # MegEngine ignores it too: the dtype says it
-        meta = get_dtype_meta(dtype)
-        assert meta is not None
-        self.dtype = meta
-        self.qmin = meta.qmin
-        self.qmax = meta.qmax
-        self.enabled = True
-
-    def enable(self) -> None:
-        self.enabled = True
-
-    def disable(self) -> None:
-        self.enabled = False
 
     def train(self, mode: bool = True, recursive: bool = True) -> Module:
         out = super().train(mode, recursive)
