@@ -37,41 +37,24 @@ Runs in about 45 s per model on 2 cores (134 s for the three, compiled int8 ops 
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-INTERPRETER = os.environ.get("MEGENGINE_PYTHON")
-MODELS = os.environ.get("MEGENGINE_MODELS")
-MODEL_NAMES = ("resnet18", "shufflenet_v1_x1_5_g3", "mobilenet_v2")
+from tests.zoo.quantization_sides import INTERPRETER, MARKS, MODEL_NAMES, run_side
+
 MAX_FORCED = 1e-6  # of the int8 outputs, one step apart when fed MegEngine's inputs (measured
 # 1.4e-7: MobileNet V2's 2 bias ties, see the module docstring)
 
 
-def _skip_reason() -> str | None:
-    if not INTERPRETER:
-        return "set MEGENGINE_PYTHON to an interpreter with MegEngine 1.13 (see test_zoo.py)"
-    if not MODELS or not (Path(MODELS) / "official" / "quantization").is_dir():
-        return "set MEGENGINE_MODELS to a checkout of MegEngine's model zoo (MegEngine/Models)"
-    return None
-
-
-pytestmark = [pytest.mark.parity, pytest.mark.slow,
-              pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
+pytestmark = MARKS
 
 
 def _side(python: str, side: str, name: str, work: Path) -> dict[str, np.ndarray]:
     out = work / f"{side}.npz"
-    env = {**os.environ, "MEGENGINE_MODELS": str(Path(MODELS or "").expanduser().resolve())}
-    done = subprocess.run([python, str(HERE / "int8_runner.py"), side, name, str(work), str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, f"{name}: {side} runner failed:\n{done.stderr[-3000:]}"
+    run_side("int8_runner.py", python, side, name, work, out)
     with np.load(out) as arrays:
         return dict(arrays)
 

@@ -49,8 +49,6 @@ the model zoo (see `test_zoo.py`); slow (a few minutes per model on 2 cores).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,11 +56,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-INTERPRETER = os.environ.get("MEGENGINE_PYTHON")
-MODELS = os.environ.get("MEGENGINE_MODELS")
-MODEL_NAMES = ("resnet18", "shufflenet_v1_x1_5_g3", "mobilenet_v2")
+from tests.zoo.quantization_sides import INTERPRETER, MARKS, MODEL_NAMES, run_side
+
 FACTOR, FLOOR = 5.0, 1e-5
 FIRST_RTOL = 5e-5  # of the buffer's largest value: float32 sums over 2x112x112 values
 # the convolution right after the QuantStub: its input is the same integer grid on both sides
@@ -71,24 +66,12 @@ FIRST_LAYER = {"resnet18": "conv_bn_relu1.", "shufflenet_v1_x1_5_g3": "first_con
 NORM_FLOOR = 1e-6  # of the largest gradient norm: float32 noise around an exact zero
 
 
-def _skip_reason() -> str | None:
-    if not INTERPRETER:
-        return "set MEGENGINE_PYTHON to an interpreter with MegEngine 1.13 (see test_zoo.py)"
-    if not MODELS or not (Path(MODELS) / "official" / "quantization").is_dir():
-        return "set MEGENGINE_MODELS to a checkout of MegEngine's model zoo (MegEngine/Models)"
-    return None
-
-
-pytestmark = [pytest.mark.parity, pytest.mark.slow,
-              pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))]
+pytestmark = MARKS
 
 
 def _side(python: str, side: str, name: str, work: Path) -> dict[str, Any]:
     out = work / f"{side}.json"
-    env = {**os.environ, "MEGENGINE_MODELS": str(Path(MODELS or "").expanduser().resolve())}
-    done = subprocess.run([python, str(HERE / "qat_runner.py"), side, name, str(work), str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, f"{name}: {side} runner failed:\n{done.stderr[-3000:]}"
+    run_side("qat_runner.py", python, side, name, work, out)
     return json.loads(out.read_text())
 
 
