@@ -69,11 +69,25 @@ def _filled(shape: Any, value: Any, dtype: DTypeLike, device: DeviceLike) -> Ten
 
 
 def _full_array(shape: tuple, value: Any, dtype: np.dtype) -> Any:
-    """`jnp.full(shape, value, dtype)`; outside a trace, for a scalar `value`, through a
-    program kept on disk with the persistent cache (jax would lower its own each process)."""
+    """`jnp.full(shape, value, dtype)`. Outside a trace, zeros are made on the host and put
+    on the device, and other scalar fills run a program kept on disk with the persistent
+    cache (jax would lower its own each process).
+
+    Zeros compile nothing: a program per shape cost a new process 40-60 ms each, 29 of them
+    (1.7 s) in RetinaNet's first training step for the cotangents of outputs nobody used,
+    while putting host zeros on the device takes what running the program does (0.05 ms for
+    32 KiB, 0.7 ms for 8 MiB on 2 cores)."""
     if current() is not None or not _scalar(value):
         return jnp.full(shape, value, dtype)
+    if _positive_zero(value):
+        return jax.device_put(np.zeros(shape, dtype))
     return _full_program(tuple(operator.index(d) for d in shape), dtype.name)(value)
+
+
+def _positive_zero(value: Any) -> bool:
+    """Whether a scalar fill `value` is 0 (`np.zeros`' value in every dtype): not -0.0, whose
+    sign a float fill keeps."""
+    return bool(value == 0) and not np.signbit(value)
 
 
 @ft.lru_cache(maxsize=1024)
