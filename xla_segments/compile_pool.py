@@ -16,7 +16,12 @@ thread that needs a result no pool thread has started runs the work itself (`Tas
 
 Measured on 2 cores: a small eager CNN's first training step, 2.15 -> 1.68 s (its ops'
 backward programs compile during the forward pass); a ResNet-ish segment's, 2.49 -> 2.40 s,
-within noise: XLA:CPU already compiles one large program on about 1.8 of the 2 cores.
+within noise: XLA:CPU already compiles one large program on about 1.8 of the 2 cores. And
+XLA:CPU's compiles largely wait for each other: a 0.09 s program compiled while a 2.4 s one
+compiles on another thread took 0.6-1.7 s (jaxlib 0.10.2, 2 cores; the same with parallel
+codegen split 1 or the older emitters). What the pool buys is the caller's Python and the
+step's running going on beside a compile, not two compiles at once; a compile the step needs
+now can wait behind one it needs later (RetinaNet's backward behind its loss stretches').
 
 A compile started here is awaited at its first use (`Compiling`): an error it raised is raised
 there, with its own type and traceback, and the next use compiles again in the using thread.
