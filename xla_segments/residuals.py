@@ -48,7 +48,7 @@ def slim(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
         lambda res, c: tuple(jax.tree.unflatten(tree, res)(c)))(leaves, cts).jaxpr, len(leaves))
     kept = [i for i, u in enumerate(used) if u]
     outs_tree = jax.tree.structure(out_avals)
-    n_outs = outs_tree.num_leaves
+    n_outs = len(jax.tree.leaves(out_avals))
     outvars = closed.jaxpr.outvars
     closed = closed.replace(jaxpr=closed.jaxpr.replace(
         outvars=[*outvars[:n_outs], *(outvars[n_outs + i] for i in kept)]))

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import functional as F
+from ..core import frozen
 from ..core.context import atomic
 from ..core.creation import ones, zeros
 from ..core.errors import OpArgumentError
@@ -47,6 +48,12 @@ class _BatchNorm(Module):
         self.bias = Parameter(zeros(shape)) if affine else None
         self.running_mean = zeros(shape) if track_running_stats else None
         self.running_var = ones(shape) if track_running_stats else None
+        frozen.register(self)
+
+    def constant_parameters(self) -> list[Tensor]:
+        """With `freeze`, the affine parameters: read as constants, they get no gradient (an
+        optimizer predicting its first step asks, `eager.core.frozen`)."""
+        return [p for p in (self.weight, self.bias) if p is not None] if self.freeze else []
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in self._ndims:

@@ -6,8 +6,8 @@ from typing import Any
 
 from ..core.creation import zeros, zeros_like
 from ..core.ops import OPS
-from ..core.tensors import Tensor, apply
-from .optimizer import Optimizer, Params, require
+from ..core.tensors import Tensor
+from .optimizer import Fused, Optimizer, Params, require
 
 
 class Adadelta(Optimizer):
@@ -30,10 +30,10 @@ class Adadelta(Optimizer):
         return {"square_avg": zeros_like(param), "acc_delta": zeros_like(param),
                 "step": zeros((), "int32")}
 
-    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+    def _fused(self, params: list[Tensor], grads: list[Any], group: dict[str, Any]) -> Fused:
         sq, acc, steps = ([self.state[p][k] for p in params]
                           for k in ("square_avg", "acc_delta", "step"))
-        new = apply(OPS["adadelta_update"], *params, *[p.grad for p in params], *sq, *acc,
-                    *steps, *(self.hyper(group, k) for k in ("lr", "rho", "eps", "weight_decay")),
-                    n=len(params))
-        self._set(params + sq + acc + steps, new)
+        return Fused(OPS["adadelta_update"],
+                     (*params, *grads, *sq, *acc, *steps,
+                      *(self.hyper(group, k) for k in ("lr", "rho", "eps", "weight_decay"))),
+                     {"n": len(params)}, params + sq + acc + steps)

@@ -6,8 +6,8 @@ from typing import Any
 
 from ..core.creation import full_like, zeros
 from ..core.ops import OPS
-from ..core.tensors import Tensor, apply
-from .optimizer import Optimizer, Params, require
+from ..core.tensors import Tensor
+from .optimizer import Fused, Optimizer, Params, require
 
 
 class Adagrad(Optimizer):
@@ -42,9 +42,9 @@ class Adagrad(Optimizer):
         return {"square_avg": full_like(param, group["initial_accumulator_value"]),
                 "step": zeros((), "int32")}
 
-    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+    def _fused(self, params: list[Tensor], grads: list[Any], group: dict[str, Any]) -> Fused:
         sq, steps = ([self.state[p][k] for p in params] for k in ("square_avg", "step"))
-        new = apply(OPS["adagrad_update"], *params, *[p.grad for p in params], *sq, *steps,
-                    *(self.hyper(group, k) for k in ("lr", "lr_decay", "eps", "weight_decay")),
-                    n=len(params))
-        self._set(params + sq + steps, new)
+        return Fused(OPS["adagrad_update"],
+                     (*params, *grads, *sq, *steps,
+                      *(self.hyper(group, k) for k in ("lr", "lr_decay", "eps", "weight_decay"))),
+                     {"n": len(params)}, params + sq + steps)

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..core.creation import zeros, zeros_like
 from ..core.ops import OPS
-from ..core.tensors import Tensor, apply
-from .optimizer import Optimizer, Params
+from ..core.tensors import Tensor
+from .optimizer import Fused, Optimizer, Params
 
 
 class Adam(Optimizer):
@@ -31,11 +31,12 @@ class Adam(Optimizer):
         return {"exp_avg": zeros_like(param), "exp_avg_sq": zeros_like(param),
                 "step": zeros((), "int32")}
 
-    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+    def _fused(self, params: list[Tensor], grads: list[Any], group: dict[str, Any]) -> Fused:
         states = [self.state[p] for p in params]
         m, v, steps = ([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))
         beta1, beta2 = self.hyper(group, "betas")
-        new = apply(OPS["adam_update"], *params, *[p.grad for p in params], *m, *v, *steps,
-                    self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
-                    self.hyper(group, "weight_decay"), n=len(params), decoupled=self._decoupled)
-        self._set(params + m + v + steps, new)
+        return Fused(OPS["adam_update"], (*params, *grads, *m, *v, *steps,
+                                          self.hyper(group, "lr"), beta1, beta2,
+                                          self.hyper(group, "eps"),
+                                          self.hyper(group, "weight_decay")),
+                     {"n": len(params), "decoupled": self._decoupled}, params + m + v + steps)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
+
+import jax
 
 from ..core.creation import zeros, zeros_like
 from ..core.ops import OPS
-from ..core.tensors import Tensor, apply
-from .optimizer import Optimizer, Params, require
+from ..core.tensors import Tensor
+from .optimizer import Fused, Optimizer, Params, require
 
 
 class LAMB(Optimizer):
@@ -38,16 +40,21 @@ class LAMB(Optimizer):
         return {"exp_avg": zeros_like(param), "exp_avg_sq": zeros_like(param),
                 "step": zeros((), "int32")}
 
-    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+    def _fused(self, params: list[Tensor], grads: list[Any], group: dict[str, Any]) -> Fused:
         m, v, steps = ([self.state[p][k] for p in params]
                        for k in ("exp_avg", "exp_avg_sq", "step"))
+        return Fused(OPS["lamb_update"], (*params, *grads, *m, *v, *steps, *self._hypers(group)),
+                     self._attrs(params, group), params + m + v + steps)
+
+    def _hypers(self, group: dict[str, Any]) -> tuple:
         beta1, beta2 = self.hyper(group, "betas")
-        new = apply(OPS["lamb_update"], *params, *[p.grad for p in params], *m, *v, *steps,
-                    self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
-                    self.hyper(group, "weight_decay"), n=len(params),
-                    bias_correction=bool(group["bias_correction"]),
-                    always_adapt=bool(group["always_adapt"]))
-        self._set(params + m + v + steps, new)
+        return (self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
+                self.hyper(group, "weight_decay"))
+
+    @staticmethod
+    def _attrs(params: list[Tensor], group: dict[str, Any]) -> dict[str, Any]:
+        return {"n": len(params), "bias_correction": bool(group["bias_correction"]),
+                "always_adapt": bool(group["always_adapt"])}
 
 
 class LAMBFp16(LAMB):
@@ -62,14 +69,13 @@ class LAMBFp16(LAMB):
                 "step": zeros((), "int32"), "param_fp32": master}
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        super()._update(params, group)  # the masters, then each parameter rounded from its own
+        self._set(params, tuple(self.state[p]["param_fp32"].astype(p.dtype) for p in params))
+
+    def _fused(self, params: list[Tensor], grads: list[Any], group: dict[str, Any]) -> Fused:
         masters, m, v, steps = ([self.state[p][k] for p in params]
                                 for k in ("param_fp32", "exp_avg", "exp_avg_sq", "step"))
-        beta1, beta2 = self.hyper(group, "betas")
-        grads = [cast(Tensor, p.grad).astype("float32") for p in params]  # step(): all have one
-        new = apply(OPS["lamb_update"], *masters, *grads, *m, *v, *steps,
-                    self.hyper(group, "lr"), beta1, beta2, self.hyper(group, "eps"),
-                    self.hyper(group, "weight_decay"), n=len(params),
-                    bias_correction=bool(group["bias_correction"]),
-                    always_adapt=bool(group["always_adapt"]))
-        self._set(masters + m + v + steps, new)
-        self._set(params, tuple(w.astype(p.dtype) for w, p in zip(masters, params)))
+        grads = [jax.ShapeDtypeStruct(g.shape, "float32") if isinstance(g, jax.ShapeDtypeStruct)
+                 else g.astype("float32") for g in grads]
+        return Fused(OPS["lamb_update"], (*masters, *grads, *m, *v, *steps, *self._hypers(group)),
+                     self._attrs(params, group), masters + m + v + steps)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..core import context
+import jax
+
+from ..core import context, frozen
 from ..core.amp_policy import pending_skip
 from ..core.device import commit
 from ..core.errors import CheckpointError, OpArgumentError
-from ..core.ops import OPS
+from ..core.ops import OPS, Op
+from ..core.ops.registry import prefetch
 from ..core.tensors import Tensor, _wrap, apply, rebind
 from ..serialization.layouts import fit
 
@@ -84,6 +87,16 @@ class _Watched(dict):
         return dict, (dict(self),)
 
 
+class Fused(NamedTuple):
+    """An update as one op call: `apply(op, *inputs, **attrs)`, whose outputs become `targets`
+    (the parameters and state tensors it updates, in its output order)."""
+
+    op: Op
+    inputs: tuple
+    attrs: dict[str, Any]
+    targets: list[Tensor]
+
+
 # What an optimizer takes: the tensors to update, or param groups (dicts with "params" and any
 # hyper-parameters overriding the defaults)
 Params = Iterable[Tensor] | Iterable[dict[str, Any]] | dict[str, Any] | Tensor
@@ -110,6 +123,7 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__} got an empty parameter list")
         for group in items if isinstance(items[0], dict) else [{"params": items}]:
             self.add_param_group(group)
+        self._prefetch()
 
     def add_param_group(self, group: dict[str, Any]) -> None:
         """Add a group: a dict with "params" and any hyper-parameters overriding the defaults."""
@@ -130,7 +144,34 @@ class Optimizer:
         return {}
 
     def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        fused = self._fused(params, [p.grad for p in params], group)
+        self._set(fused.targets, apply(fused.op, *fused.inputs, **fused.attrs))
+
+    def _fused(self, params: list[Tensor], grads: list[Any], group: dict[str, Any]) -> Fused:
+        """The one op call updating `params` of `group` given their `grads` (Tensors, or
+        `jax.ShapeDtypeStruct`s when `_prefetch` asks ahead of any gradient)."""
         raise NotImplementedError
+
+    def _prefetch(self) -> None:
+        """Start getting each group's update program on the compile pool, for a step where
+        every parameter has a gradient but those that require none or that a module reads as
+        constants (`eager.core.frozen`: MegEngine's frozen batch norm): it compiles while the
+        first step is captured, and that step's update waits for nothing (RetinaNet's first
+        step ended with a 0.9 s compile of it). A step with other gradients compiles its own."""
+        if context.current() is not None or type(self)._fused is Optimizer._fused:
+            return
+        constants = {id(p) for p in frozen.constant_parameters()}  # (held meanwhile)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.requires_grad and id(p) not in constants]
+            if not params:
+                continue
+            grads = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in params]
+            try:
+                fused = self._fused(params, grads, group)
+            except Exception:  # noqa: BLE001 - a guess: the step itself raises, if anything
+                continue
+            prefetch(fused.op, tuple(fused.attrs.items()),
+                     [x._data if isinstance(x, Tensor) else x for x in fused.inputs])
 
     def hyper(self, group: dict[str, Any], key: str) -> Any:
         """The value of hyper-parameter `key` an update uses (an input during capture)."""

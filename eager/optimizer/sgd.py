@@ -6,8 +6,8 @@ from typing import Any
 
 from ..core.creation import zeros_like
 from ..core.ops import OPS
-from ..core.tensors import Tensor, apply
-from .optimizer import Optimizer, Params
+from ..core.tensors import Tensor
+from .optimizer import Fused, Optimizer, Params
 
 
 class SGD(Optimizer):
@@ -32,17 +32,15 @@ class SGD(Optimizer):
     def _init_state(self, param: Tensor, group: dict[str, Any]) -> dict[str, Tensor]:
         return {"momentum_buffer": zeros_like(param)} if group["momentum"] else {}
 
-    def _update(self, params: list[Tensor], group: dict[str, Any]) -> None:
+    def _fused(self, params: list[Tensor], grads: list[Any], group: dict[str, Any]) -> Fused:
         lr, wd = self.hyper(group, "lr"), self.hyper(group, "weight_decay")
-        grads = [p.grad for p in params]
         if not group["momentum"]:
-            self._set(params, apply(OPS["sgd_plain_update"], *params, *grads, lr, wd,
-                                    n=len(params)))
-            return
+            return Fused(OPS["sgd_plain_update"], (*params, *grads, lr, wd),
+                         {"n": len(params)}, params)
         bufs = [self._buffer(p) for p in params]
-        new = apply(OPS["sgd_update"], *params, *grads, *bufs, lr, self.hyper(group, "momentum"),
-                    wd, n=len(params), nesterov=bool(group["nesterov"]))
-        self._set(params + bufs, new)
+        return Fused(OPS["sgd_update"], (*params, *grads, *bufs, lr,
+                                         self.hyper(group, "momentum"), wd),
+                     {"n": len(params), "nesterov": bool(group["nesterov"])}, params + bufs)
 
     def _buffer(self, p: Tensor) -> Tensor:
         state = self.state[p]

@@ -235,6 +235,17 @@ def start_vjp(recorded: tuple, out_avals: Sequence[tuple]) -> None:
         fn.prefetch(primals, cotangents)
 
 
+def prefetch(op: Op, key: tuple, args: Sequence) -> None:
+    """Start getting the forward program that a later call of `op` with attributes `key` on
+    arguments like `args` will run (arrays, `jax.ShapeDtypeStruct`s for arrays not made yet,
+    scalars), on the compile pool: read from disk, or compiled beside what the caller does
+    until then. As `start_vjp`: only for a program kept on disk and with a compile pool; a
+    call that comes with other arguments compiles its own, as ever."""
+    fn = op.jitted(key)
+    if type(fn) is persistent.Persistent and not fn.loaded and compile_threads() > 1:
+        fn.prefetch(*args)
+
+
 def make_vjp(op: Op, attrs: dict, mask: tuple[int, ...]) -> Callable:
     """`(primals, cotangents) -> gradients of the inputs at `mask``, from `jax.vjp` of `op`."""
     def bwd(primals: tuple, cts: tuple) -> tuple:
