@@ -160,7 +160,8 @@ class Optimizer:
         step ended with a 0.9 s compile of it). A step with other gradients compiles its own."""
         if context.current() is not None or type(self)._fused is Optimizer._fused:
             return
-        constants = {id(p) for p in frozen.constant_parameters()}  # (held meanwhile)
+        held = frozen.constant_parameters()  # alive while their ids are compared below
+        constants = {id(p) for p in held}
         for group in self.param_groups:
             params = [p for p in group["params"] if p.requires_grad and id(p) not in constants]
             if not params:
