@@ -160,10 +160,10 @@ class Optimizer:
         step ended with a 0.9 s compile of it). A step with other gradients compiles its own."""
         if context.current() is not None or type(self)._fused is Optimizer._fused:
             return
-        held = frozen.constant_parameters()  # alive while their ids are compared below
-        constants = {id(p) for p in held}
+        constants = frozen.constant_parameters()
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.requires_grad and id(p) not in constants]
+            params = [p for p in group["params"]
+                      if p.requires_grad and not any(p is c for c in constants)]
             if not params:
                 continue
             grads = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in params]
