@@ -229,8 +229,7 @@ def start_vjp(recorded: tuple, out_avals: Sequence[tuple]) -> None:
     thread (`PARTIAL_COMPILE_THREADS=1`: compiled where it is called, as before)."""
     op, key, mask, primals = recorded
     fn = op._bwd.get((key, mask)) if isinstance(op, Op) else None  # as `Op.vjp` made it
-    # (once the first of its programs is in use it prefetches no more: a cheap test first)
-    if type(fn) is persistent.Persistent and not fn.loaded and compile_threads() > 1:
+    if _prefetches(fn):
         cotangents = tuple(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in out_avals)
         fn.prefetch(primals, cotangents)
 
@@ -242,8 +241,15 @@ def prefetch(op: Op, key: tuple, args: Sequence) -> None:
     until then. As `start_vjp`: only for a program kept on disk and with a compile pool; a
     call that comes with other arguments compiles its own, as ever."""
     fn = op.jitted(key)
-    if type(fn) is persistent.Persistent and not fn.loaded and compile_threads() > 1:
+    if _prefetches(fn):
         fn.prefetch(*args)
+
+
+def _prefetches(fn: Any) -> bool:
+    """Whether the jitted `fn` takes a program started ahead: one kept on disk, with a compile
+    pool, and only until its first program is in use (a cheap test first: the hot path of a
+    recorded op asks)."""
+    return type(fn) is persistent.Persistent and not fn.loaded and compile_threads() > 1
 
 
 def make_vjp(op: Op, attrs: dict, mask: tuple[int, ...]) -> Callable:
