@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools as ft
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import jax
 
@@ -245,7 +245,7 @@ def prefetch(op: Op, key: tuple, args: Sequence) -> None:
         fn.prefetch(*args)
 
 
-def _prefetches(fn: Any) -> bool:
+def _prefetches(fn: Any) -> TypeGuard[persistent.Persistent]:
     """Whether the jitted `fn` takes a program started ahead: one kept on disk, with a compile
     pool, and only until its first program is in use (a cheap test first: the hot path of a
     recorded op asks)."""
