@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import ragged_forms
+from . import host_values, ragged_forms
 from .context import current
 from .errors import OpTypeError
 from .op_errors import bad_argument, check_range, checked_shape
@@ -69,25 +69,20 @@ def _filled(shape: Any, value: Any, dtype: DTypeLike, device: DeviceLike) -> Ten
 
 
 def _full_array(shape: tuple, value: Any, dtype: np.dtype) -> Any:
-    """`jnp.full(shape, value, dtype)`. Outside a trace, zeros are made on the host and put
-    on the device, and other scalar fills run a program kept on disk with the persistent
-    cache (jax would lower its own each process).
+    """`jnp.full(shape, value, dtype)`. Outside a trace, made on the host and put on the device
+    where numpy fills with the same bits (`host_values`); other scalar fills run a program kept
+    on disk with the persistent cache (jax would lower its own each process).
 
-    Zeros compile nothing: a program per shape cost a new process 40-60 ms each, 29 of them
-    (1.7 s) in RetinaNet's first training step for the cotangents of outputs nobody used,
-    while putting host zeros on the device takes what running the program does (0.05 ms for
-    32 KiB, 0.7 ms for 8 MiB on 2 cores)."""
+    A program per shape cost a new process 40-60 ms each, 29 of them (1.7 s) for the zero
+    cotangents of outputs nobody used in RetinaNet's first training step, while putting host
+    values on the device takes what running the program does (0.05 ms for 32 KiB, 0.7 ms for
+    8 MiB on 2 cores)."""
     if current() is not None or not _scalar(value):
         return jnp.full(shape, value, dtype)
-    if _positive_zero(value):
-        return jax.device_put(np.zeros(shape, dtype))
+    fill = host_values.fill_value(value, dtype)
+    if fill is not None:
+        return jax.device_put(np.full(shape, fill))
     return _full_program(tuple(operator.index(d) for d in shape), dtype.name)(value)
-
-
-def _positive_zero(value: Any) -> bool:
-    """Whether a scalar fill `value` is 0 (`np.zeros`' value in every dtype): not -0.0, whose
-    sign a float fill keeps."""
-    return bool(value == 0) and not np.signbit(value)
 
 
 @ft.lru_cache(maxsize=1024)
@@ -132,11 +127,15 @@ def arange(start: float = 0, stop: float | None = None, step: float = 1,
 
 
 def _arange_array(start: Any, stop: Any, step: Any, dtype: np.dtype) -> Any:
-    """`jnp.arange`; outside a trace, for plain numbers, through a program kept on disk with
-    the persistent cache."""
+    """`jnp.arange`; outside a trace, for plain numbers, made on the host where numpy computes
+    the same bits (`host_values`), else through a program kept on disk with the persistent
+    cache."""
     bounds = (start, stop, step)
     if current() is not None or not all(type(v) in (int, float) for v in bounds):
         return jnp.arange(start, stop, step, dtype=dtype)
+    values = host_values.arange_values(start, stop, step, dtype)
+    if values is not None:
+        return jax.device_put(values)
     return _arange_program(bounds, dtype.name)()
 
 

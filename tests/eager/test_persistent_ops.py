@@ -250,9 +250,10 @@ def test_a_second_process_trains_bit_for_bit_as_the_first(tmp_path):
 
 
 def test_filled_and_ranged_tensors_load_their_programs_as_ops_do(cache, events):
-    """`eg.full` and `eg.arange` run programs of their own outside any op: a new process
-    loads them by their shape, dtype and bounds, and the values are numpy's. Zeros are made
-    on the host: no program at all."""
+    """`eg.full` and `eg.arange` run programs of their own outside any op where numpy would not
+    give jax's bits (a float filling an integer tensor, float bounds of an integer range): a
+    new process loads them by their shape, dtype and bounds. The rest are made on the host: no
+    program at all."""
     from eager.core import creation
 
     made = []
@@ -260,11 +261,13 @@ def test_filled_and_ranged_tensors_load_their_programs_as_ops_do(cache, events):
         creation._full_program.cache_clear()
         creation._arange_program.cache_clear()
         events.clear()
-        made.append([eg.full((2, 3), 1.5).numpy(), eg.zeros((4,), "int32").numpy(),
-                     eg.full((2,), True, "bool").numpy(), eg.arange(1, 7, 2).numpy()])
-    assert events.get(P.HIT_EVENT) == 3 and TRACE not in events
-    for got, want in zip(made[1], [np.full((2, 3), 1.5, "float32"), np.zeros(4, "int32"),
-                                   np.ones(2, bool), np.arange(1, 7, 2, dtype="float32")]):
+        made.append([eg.full((2, 3), 2.7, "int32").numpy(), eg.zeros((4,), "int32").numpy(),
+                     eg.full((2,), True, "bool").numpy(), eg.arange(0.5, 7, 2, "int32").numpy(),
+                     eg.arange(1, 7, 2).numpy()])
+    assert events.get(P.HIT_EVENT) == 2 and TRACE not in events
+    for got, want in zip(made[1], [np.full((2, 3), 2, "int32"), np.zeros(4, "int32"),
+                                   np.ones(2, bool), np.arange(0, 7, 2, dtype="int32"),
+                                   np.arange(1, 7, 2, dtype="float32")]):
         np.testing.assert_array_equal(got, want)
         assert got.dtype == want.dtype
     np.testing.assert_array_equal(made[0][3], made[1][3])
