@@ -23,6 +23,17 @@ codegen split 1 or the older emitters). What the pool buys is the caller's Pytho
 step's running going on beside a compile, not two compiles at once; a compile the step needs
 now can wait behind one it needs later (RetinaNet's backward behind its loss stretches').
 
+So a compile is started either for a thread to wait on soon (a segment's training forward) or
+ahead of need (a segment's backward, eager ops' backward programs, an optimizer's update:
+`Task(job, ahead=True)`). Those started ahead run one at a time on a thread of their own, and
+each starts only while no compile someone needs now is going on (`needed_now`, around every
+compile outside that thread): they fill the time the step spends in Python and running instead
+of slowing the compile the step waits for. RetinaNet's backbone stretch compiled alone: forward
+2.75 s, backward 2.15 s; at once: 4.56 and 3.53 s. Eager RetinaNet's cold first step, whose
+ops' forward programs compile in the step's thread beside their backward programs: 17.4 ->
+16.0 s (medians of 3, alternated); with graph breaks, RetinaNet's and Faster R-CNN's the same
+within noise (each step needs its backward compiles before it ends either way).
+
 A compile started here is awaited at its first use (`Compiling`): an error it raised is raised
 there, with its own type and traceback, and the next use compiles again in the using thread.
 """
@@ -32,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
@@ -43,7 +54,11 @@ T = TypeVar("T")
 
 _threads: list[int] = []  # the size, read from the environment once
 _pool: list[ThreadPoolExecutor] = []
+_ahead: list[ThreadPoolExecutor] = []  # the one thread that runs compiles started ahead
 _lock = [threading.Lock()]  # (in a list: a forked child replaces it, in case it was held)
+_needed = [0]  # compiles going on that a thread needs now
+_quiet = [threading.Condition()]  # notified when none is left
+_local = threading.local()  # `ahead`: this thread runs a compile started ahead
 
 
 def threads() -> int:
@@ -78,8 +93,9 @@ def reset() -> None:
     """Let the pool go (its threads end once idle) and forget the configured size: the next
     compile starts a new pool, sized from the environment as it is then."""
     with _lock[0]:
-        if _pool:
-            _pool.pop().shutdown(wait=False)
+        for pool in (_pool, _ahead):
+            if pool:
+                pool.pop().shutdown(wait=False)
         _threads.clear()
 
 
@@ -87,24 +103,61 @@ def _forked() -> None:
     """In a forked child: the parent's pool has no threads here (work submitted to it would
     wait forever), and its lock may have been held; both are made anew."""
     _lock[0] = threading.Lock()
+    _quiet[0] = threading.Condition()
+    _needed[0] = 0
     _pool.clear()
+    _ahead.clear()
 
 
 os.register_at_fork(after_in_child=_forked)
 
 
-def _executor() -> ThreadPoolExecutor:
+def _executor(ahead: bool = False) -> ThreadPoolExecutor:
+    pool = _ahead if ahead else _pool
     with _lock[0]:
-        if not _pool:
-            _pool.append(ThreadPoolExecutor(max_workers=threads(),
-                                            thread_name_prefix="partial-compile"))
-        return _pool[0]
+        if not pool:
+            pool.append(ThreadPoolExecutor(max_workers=1 if ahead else threads(),
+                                           thread_name_prefix="partial-compile" + "-ahead" * ahead))
+        return pool[0]
+
+
+@contextlib.contextmanager
+def needed_now() -> Iterator[None]:
+    """Around a compile: unless it runs on the thread of compiles started ahead, a thread
+    needs it now, and no compile started ahead starts until it is done."""
+    if getattr(_local, "ahead", False):
+        yield
+        return
+    quiet = _quiet[0]
+    with quiet:
+        _needed[0] += 1
+    try:
+        yield
+    finally:
+        with quiet:
+            _needed[0] -= 1
+            if not _needed[0]:
+                quiet.notify_all()
+
+
+def _when_quiet(run: Callable[[], None]) -> None:
+    """`run()` on the thread of compiles started ahead, once no compile needed now is going
+    on (a thread that needs the result meanwhile runs it itself: `Task`)."""
+    quiet = _quiet[0]
+    with quiet:
+        quiet.wait_for(lambda: not _needed[0])
+    _local.ahead = True
+    try:
+        run()
+    finally:
+        _local.ahead = False
 
 
 class Task(Generic[T]):
-    """`job()` started on the pool, or run by the first thread that needs its result if no
-    pool thread has started it yet (a thread never waits for work queued behind others: the
-    step's backward, needing its last op's program first, compiles it itself).
+    """`job()` started on the pool (`ahead`: on the thread of compiles started ahead of need),
+    or run by the first thread that needs its result if no pool thread has started it yet (a
+    thread never waits for work queued behind others: the step's backward, needing its last
+    op's program first, compiles it itself).
 
     The job counts loads from jax's own cache (`store.jax_hits`, thread-local) from the count
     of the thread that submitted it, so a store's check that an executable was compiled anew
@@ -112,7 +165,7 @@ class Task(Generic[T]):
 
     __slots__ = ("_job", "_hits", "_lock", "_claimed", "_done", "_value", "_error")
 
-    def __init__(self, job: Callable[[], T]):
+    def __init__(self, job: Callable[[], T], ahead: bool = False):
         self._job, self._hits = job, store.jax_hits.count
         self._lock = threading.Lock()
         self._claimed = 0  # the process whose thread runs it (a forked child runs it again)
@@ -120,7 +173,10 @@ class Task(Generic[T]):
         self._value: T | None = None
         self._error: BaseException | None = None
         with contextlib.suppress(RuntimeError):  # the interpreter is exiting: run when needed
-            _executor().submit(self._run)
+            if ahead:
+                _executor(ahead=True).submit(_when_quiet, self._run)
+            else:
+                _executor().submit(self._run)
 
     def _run(self) -> None:
         with self._lock:  # whoever comes first runs it: a pool thread or one that waits

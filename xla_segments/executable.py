@@ -92,7 +92,8 @@ class _Lowering:
     def compile(self) -> Any:
         """The `jax.stages.Compiled`, compiled now in this thread."""
         # None, not {}, when there are none: exactly the call made before options existed.
-        return self.lowered.compile(compiler_options=self.xla_options or None)
+        with compile_pool.needed_now():
+            return self.lowered.compile(compiler_options=self.xla_options or None)
 
     def executable(self) -> Executable:
         """The `Executable`, compiled now in this thread."""
@@ -133,7 +134,7 @@ def _placed(low: _Lowering, where: Any) -> Any:
 
 
 def _compile_later(low: _Lowering, keep: Callable[[Any], None], retry: Callable[[], Any],
-                   valid: Callable[[], bool] | None = None
+                   valid: Callable[[], bool] | None = None, ahead: bool = False
                    ) -> tuple[Executable, compile_pool.Task]:
     """The `Executable` of `low`, compiled on the compile pool and kept (`keep(compiled)`) by
     the thread that compiled it, and that compile's task. Its `compiled` waits for it at
@@ -150,7 +151,7 @@ def _compile_later(low: _Lowering, keep: Callable[[Any], None], retry: Callable[
             keep(compiled)
         return compiled
 
-    done = compile_pool.Task(job)
+    done = compile_pool.Task(job, ahead)
     exe.compiled = compile_pool.Compiling(done, retry, valid)
     return exe, done
 

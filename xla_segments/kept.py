@@ -168,9 +168,12 @@ class Persistent:
         where = None if key in started else self._where(key)
         if where is None:
             return
-        job = (lambda: self._read(where)) if where[0].exists() else self._compiler(where, args)
+        if where[0].exists():  # read on the pool; a compile waits its turn (`compile_pool`)
+            started[key] = compile_pool.Task(lambda: self._read(where))
+            return
+        job = self._compiler(where, args)
         if job is not None:
-            started[key] = compile_pool.Task(job)
+            started[key] = compile_pool.Task(job, ahead=True)
 
     def _compiler(self, where: tuple[Any, str], args: tuple) -> Callable[[], Any] | None:
         """A job that compiles and stores the program for `args`, lowered now: in this thread,
@@ -221,7 +224,8 @@ class Persistent:
     def _compiled(self, where: tuple[Any, str], lowered: jax.stages.Lowered) -> Any:
         """`lowered` compiled, and stored at `where` when compiled anew."""
         hits = store.jax_hits.count
-        compiled = lowered.compile()
+        with compile_pool.needed_now():
+            compiled = lowered.compile()
         if store.jax_hits.count == hits:  # see `_JaxHits`: only a fresh one serializes whole
             store.write(*where, compiled)
         return compiled

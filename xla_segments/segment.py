@@ -297,7 +297,7 @@ class Segment:
             return self._lower_backward(key, rebuild, _placed(fwd_low, fwd_exe.compiled)).compile()
 
         bwd_exe, _ = _compile_later(bwd_low, keep, relowered,
-                                    valid=lambda: as_predicted(fwd_exe.compiled))
+                                    valid=lambda: as_predicted(fwd_exe.compiled), ahead=True)
         return fwd_exe, bwd_exe
 
     def _local(self, exe: Executable, wrt: tuple = (), diff_outputs: tuple = ()) -> Executable:

@@ -70,6 +70,71 @@ def test_a_task_runs_on_the_pool_or_in_the_thread_that_needs_it_first(threads):
     assert [t.result() for t in busy] == [True, True]
 
 
+def test_a_task_started_ahead_waits_until_no_compile_is_needed_now(threads):
+    threads(2)
+    ran = threading.Event()
+    with compile_pool.needed_now():
+        ahead = compile_pool.Task(lambda: (ran.set(), thread_name())[1], ahead=True)
+        assert not ran.wait(0.3)  # (were it to start, it would have)
+    assert ran.wait(60)
+    assert ahead.result().startswith("partial-compile-ahead")
+
+
+def test_a_thread_that_needs_a_task_started_ahead_runs_it_itself(threads):
+    threads(2)
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with compile_pool.needed_now():
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(60)
+        assert compile_pool.Task(thread_name, ahead=True).result() == thread_name()
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_compiles_started_ahead_do_not_hold_each_other_back(threads):
+    """A compile on the thread of compiles started ahead is not one needed now: the next one
+    queued there starts after it, and nothing is left counted."""
+    threads(2)
+
+    def job():
+        with compile_pool.needed_now():
+            return thread_name()
+
+    tasks = [compile_pool.Task(job, ahead=True) for _ in range(3)]
+    assert all(t.result() for t in tasks)
+    assert compile_pool._needed[0] == 0
+
+
+def test_a_segments_forward_compile_is_needed_now_and_its_backward_waits(threads, monkeypatch):
+    """The backward's compile, started ahead, starts once the forward's is done."""
+    threads(2)
+    order = []
+    real = segment_module._Lowering.compile
+
+    def noted(self):
+        order.append((self.kind, "start", compile_pool._needed[0]))
+        try:
+            return real(self)
+        finally:
+            order.append((self.kind, "end"))
+
+    monkeypatch.setattr(segment_module._Lowering, "compile", noted)
+    x, w1, w2 = jnp.ones((4, 3)), jnp.full((3, 5), 0.2), jnp.full((5, 2), 0.3)
+    fwd, bwd = Segment(_mlp, [x, w1, w2]).vjp((1, 2), (0, 1))
+    (out, reg), res = fwd(x, w1, w2)
+    bwd(res, (jnp.ones_like(out), jnp.ones(())))
+    kinds = [(k, what) for k, what, *_ in order]
+    assert kinds.index(("backward", "start")) > kinds.index(("forward_vjp", "end"))
+
+
 def _mlp(x, w1, w2):
     h = jnp.tanh(x @ w1)
     return jax.nn.log_softmax(h @ w2), (h * h).mean()
@@ -262,7 +327,8 @@ def test_training_is_bit_identical_compiled_serially_or_on_the_pool(tmp_path):
 
 def test_a_forked_child_gets_a_pool_of_its_own(threads):
     """The pool's threads are not copied by a fork: a child that reused the parent's pool
-    would wait forever; a task a parent's thread was running is run again by the child."""
+    would wait forever; a task a parent's thread was running is run again by the child. A
+    compile the parent needed now when it forked holds back nothing in the child."""
     threads(2)
     release = threading.Event()
     running = threading.Event()
@@ -278,8 +344,8 @@ def test_a_forked_child_gets_a_pool_of_its_own(threads):
     running.wait(timeout=30)
     ctx = multiprocessing.get_context("fork")
     child = ctx.Process(target=_in_child, args=(started,))
-    with warnings.catch_warnings():  # jax (and Python 3.12+) warn of fork; the child runs no jax
-        warnings.simplefilter("ignore", RuntimeWarning)
+    with warnings.catch_warnings(), compile_pool.needed_now():  # jax (and Python 3.12+) warn
+        warnings.simplefilter("ignore", RuntimeWarning)  # of fork; the child runs no jax
         warnings.simplefilter("ignore", DeprecationWarning)
         child.start()
     child.join(timeout=60)
@@ -291,6 +357,9 @@ def test_a_forked_child_gets_a_pool_of_its_own(threads):
 def _in_child(started):
     ok = started.result() == os.getpid()  # the parent's thread is not here: the child runs it
     ok = ok and on_pool(thread_name).startswith("partial-compile")
+    ran = threading.Event()
+    ahead = compile_pool.Task(lambda: (ran.set(), thread_name())[1], ahead=True)
+    ok = ok and ran.wait(30) and ahead.result().startswith("partial-compile-ahead")
     raise SystemExit(0 if ok else 1)
 
 
