@@ -70,16 +70,12 @@ def _filled(shape: Any, value: Any, dtype: DTypeLike, device: DeviceLike) -> Ten
 
 def _full_array(shape: tuple, value: Any, dtype: np.dtype) -> Any:
     """`jnp.full(shape, value, dtype)`. Outside a trace, made on the host and put on the device
-    where numpy fills with the same bits (`host_values`); other scalar fills run a program kept
-    on disk with the persistent cache (jax would lower its own each process).
-
-    A program per shape cost a new process 40-60 ms each, 29 of them (1.7 s) for the zero
-    cotangents of outputs nobody used in RetinaNet's first training step, while putting host
-    values on the device takes what running the program does (0.05 ms for 32 KiB, 0.7 ms for
-    8 MiB on 2 cores)."""
+    where numpy fills with the same bits and the array is small (`host_values`: no program to
+    compile in a new process); other scalar fills run a program kept on disk with the
+    persistent cache (jax would lower its own each process)."""
     if current() is not None or not _scalar(value):
         return jnp.full(shape, value, dtype)
-    fill = host_values.fill_value(value, dtype)
+    fill = host_values.fill_value(shape, value, dtype)
     if fill is not None:
         return jax.device_put(np.full(shape, fill))
     return _full_program(tuple(operator.index(d) for d in shape), dtype.name)(value)

@@ -38,7 +38,7 @@ def _program_full(value: object, dtype: np.dtype) -> np.ndarray:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("value", SPECIAL, ids=repr)
 def test_a_host_fill_is_the_programs_bits(value, dtype):
-    fill = host_values.fill_value(value, dtype)
+    fill = host_values.fill_value((3,), value, dtype)
     if fill is None:  # the program is kept for this case: the public call still gives its bits
         assert _float_to_integer(value, dtype) or dtype not in HOST_FILLED or abs(value) >= 2 ** 31
     else:
@@ -50,7 +50,7 @@ def test_a_host_fill_is_the_programs_bits(value, dtype):
 @given(value=st.one_of(st.floats(width=64), st.integers(-(2 ** 31), 2 ** 31 - 1), st.booleans()),
        dtype=st.sampled_from(DTYPES))
 def test_host_fills_match_the_program_on_any_value(value, dtype):
-    fill = host_values.fill_value(value, dtype)
+    fill = host_values.fill_value((3,), value, dtype)
     if fill is not None:
         assert _bits(np.full((3,), fill)) == _bits(_program_full(value, dtype))
 
@@ -87,3 +87,19 @@ def test_ranges_and_fills_compile_nothing(monkeypatch):
     assert eg.ones((2, 2)).numpy().tolist() == [[1, 1], [1, 1]]
     assert eg.full((2,), -1, "int32").numpy().tolist() == [-1, -1]
     assert eg.full((1,), -0.0).numpy().tobytes() == np.float32(-0.0).tobytes()
+
+
+def test_a_large_fill_or_range_runs_its_kept_program(monkeypatch):
+    """Above `MAX_BYTES` the compiled program is faster at every step: it is kept for those."""
+    programs = []
+    for name in ("_full_program", "_arange_program"):
+        real = getattr(creation, name)
+        monkeypatch.setattr(creation, name, lambda *a, _r=real: programs.append(a) or _r(*a))
+    limit = host_values.MAX_BYTES // 4
+    assert eg.zeros((limit,)).numpy().sum() == 0 and eg.arange(limit).numpy()[-1] == limit - 1
+    assert programs == []
+    big = eg.full((limit + 1,), 2.5).numpy()
+    ranged = eg.arange(limit + 1, dtype="int32").numpy()
+    assert [name for name, *_ in programs] == [(limit + 1,), (0, limit + 1, 1)]
+    assert big.dtype == np.float32 and (big == 2.5).all()
+    np.testing.assert_array_equal(ranged, np.arange(limit + 1, dtype=np.int32))
