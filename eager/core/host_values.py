@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 #: The largest array made on the host (bytes); a larger one runs the kept program.
@@ -47,18 +49,14 @@ _TINY = 2.0 ** -100
 def _argument(value: Any) -> np.ndarray | None:
     """`value` as jax passes it to a program (x64 off): float32, int32 or bool; None for a
     value whose conversion is not plain (numpy scalars of other widths)."""
-    with np.errstate(over="ignore"):  # a float beyond float32 is inf, as in jax (quietly)
-        return _converted(value)
-
-
-def _converted(value: Any) -> np.ndarray | None:
     kind = type(value)
     if kind is bool or kind is np.bool_:
         return np.asarray(value, bool)
     if kind is int or kind is np.int32:
         return np.asarray(value, np.int32) if _INT32.min <= value <= _INT32.max else None
     if kind is float or kind is np.float32 or kind is np.float64:
-        return np.asarray(value, np.float32)
+        with np.errstate(over="ignore"):  # a float beyond float32 is inf, as in jax (quietly)
+            return np.asarray(value, np.float32)
     return None
 
 
@@ -98,13 +96,9 @@ def arange_values(start: Any, stop: Any, step: Any, dtype: np.dtype) -> np.ndarr
 
 def _kind(dtype: np.dtype) -> str:
     """numpy's kind letter, with "f" for the floats numpy does not know (bfloat16)."""
-    import jax.numpy as jnp
-
     return "f" if jnp.issubdtype(dtype, jnp.floating) else dtype.kind
 
 
 def _canonical(dtype: np.dtype) -> np.dtype:
     """The dtype jax makes for `dtype` with 64-bit types off (its default)."""
-    import jax
-
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
