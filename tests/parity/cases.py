@@ -10,7 +10,10 @@ MegEngine kills the process on this input (an assertion in its worker thread), s
 there and the case only has to raise here; `megengine_bug`: MegEngine 1.13 computes this wrong
 on the CPU (the text says what): the case returns `{"got": ..., "want": ...}`, `want` an
 independent reference computed in the case, and the test checks that this project's `got`
-matches it and MegEngine's does not (the evidence, kept; it fails once MegEngine is fixed).
+matches it and MegEngine's does not (the evidence, kept; it fails once MegEngine is fixed);
+`isolated`: MegEngine's result depends on what ran before it in the process (a kernel reads
+memory it never wrote, which is clean in a fresh process), so the runner gives the case a
+process of its own on both sides.
 
 Cases on other topics live in the `cases_*.py` files beside this one; they import `case` and
 the helpers from `parity_cases` (this module, under a name that is the same whether it was
@@ -29,11 +32,11 @@ OPTIONS: dict[str, dict] = {}
 
 
 def case(rtol: float = 1e-5, atol: float = 1e-6, megengine_aborts: bool = False,
-         megengine_bug: str = "") -> Callable:
+         megengine_bug: str = "", isolated: bool = False) -> Callable:
     def register(fn: Callable[[], dict]) -> Callable[[], dict]:
         CASES[fn.__name__] = fn
         OPTIONS[fn.__name__] = {"rtol": rtol, "atol": atol, "megengine_aborts": megengine_aborts,
-                                "megengine_bug": megengine_bug}
+                                "megengine_bug": megengine_bug, "isolated": isolated}
         return fn
     return register
 

@@ -222,7 +222,7 @@ def autocast_float16_products_on_random_values() -> dict:
             for k, v in out.items()}
 
 
-@case(rtol=1e-5, atol=1e-5)
+@case(rtol=1e-5, atol=1e-5, isolated=True)
 def recurrent_layers_keep_one_flat_parameter() -> dict:
     """RNN and LSTM as MegEngine lays them out: `_flatten_weights`, which the forward reads,
     and the cells' parameters beside it, in `parameters()`, state dicts and optimizer states;
@@ -230,7 +230,10 @@ def recurrent_layers_keep_one_flat_parameter() -> dict:
     MegEngine's recurrent backward is right for one layer and one direction only: with two
     bidirectional layers the RNN's gradient is garbage (1e15) and the LSTM's corrupts its heap
     (its fused LSTM backward is wrong even for one layer: `lstm_input_gradient` in
-    cases_megengine_bugs.py), so those run forward only, after the gradient."""
+    cases_megengine_bugs.py), so those run forward only, after the gradient. Even the
+    one-layer gradient is garbage (1e7, NaN) in 2 of 10 full runs of MegEngine's side here, and
+    outvoted the right value in 5 on CI's machine, but never in 26 runs of this case alone:
+    `isolated`."""
     import megengine as mge
     import megengine.module as M
     import megengine.optimizer as optim

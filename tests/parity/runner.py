@@ -2,6 +2,8 @@
 
 `python runner.py megengine OUT` runs them in real MegEngine (on MegEngine's own interpreter);
 `python runner.py project OUT` runs them in this project, `megengine*` served by `aliases.py`.
+`python runner.py SIDE OUT NAME` runs case NAME alone: how an `isolated` case gets a process
+of its own.
 A case's result is what it returned, or `{"raised": <exception class>, "message": ...}`.
 Arrays travel as `{"array": <nested list>, "dtype": ..., "shape": ...}` (JSON, not pickle:
 the two sides have different numpy versions).
@@ -11,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import numpy as np
@@ -38,15 +42,32 @@ def encode(value: Any) -> Any:
     raise TypeError(f"a case returned a {type(value).__name__}; return arrays and numbers")
 
 
-def run(side: str) -> dict[str, Any]:
+def _alone(side: str, name: str) -> dict[str, Any]:
+    """Case `name`'s result from a fresh process running only it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "alone.json")
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), side, out, name],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            return {"raised": "process died", "message": done.stderr[-300:]}
+        with open(out) as f:
+            return json.load(f)[name]
+
+
+def run(side: str, only: str = "") -> dict[str, Any]:
     if side == "project":
         import aliases
 
         aliases.install()
     results = {}
     for name, fn in cases.load_all().items():
+        if only and name != only:
+            continue
         if side == "megengine" and cases.OPTIONS[name]["megengine_aborts"]:
             results[name] = {"raised": "process abort", "message": "not run: MegEngine aborts"}
+            continue
+        if cases.OPTIONS[name]["isolated"] and not only:
+            results[name] = _alone(side, name)
             continue
         try:
             results[name] = {"value": encode(fn())}
@@ -57,4 +78,4 @@ def run(side: str) -> dict[str, Any]:
 
 if __name__ == "__main__":
     with open(sys.argv[2], "w") as out:  # a file: MegEngine prints notices on stdout
-        json.dump(run(sys.argv[1]), out)
+        json.dump(run(sys.argv[1], *sys.argv[3:4]), out)

@@ -53,13 +53,14 @@ def _repeated_side(python: str, tmp: Path, runs: int = 5) -> dict[str, Any]:
     thirty (7 of 300 steps of its network, measured), the gradient of a (1, C, 1, 1) parameter
     (a depthwise convolution's bias, PReLU's weight) in
     `grouped_weights_and_prelu_in_megengine_shapes` is off by 0.1 or by 1e24, and its RNN's
-    gradient in `recurrent_layers_keep_one_flat_parameter` came out NaN in a full parity run
-    (0 of 14 runs alone). One run of the reference is then a coin with a bad side, and so was
-    taking the first value two runs agree on: two garbage runs can agree (a NaN result is
-    encoded with its mask of non-finite entries, so equal masks compare equal). MegEngine's side
-    runs `runs` times (a fresh process each: 4-7 s here) and each case takes its most frequent
-    value. A case that never repeats (its own draws, a temporary path in a message, a kept
-    MegEngine bug) is compared on its first run, as one run would be."""
+    gradient in `recurrent_layers_keep_one_flat_parameter` came out NaN in a full parity run (0
+    of 14 runs alone: it now has a process of its own, `isolated`). One run of the reference is
+    then a coin with a bad side, and so was taking the first value two runs agree on: two
+    garbage runs can agree (a NaN result is encoded with its mask of non-finite entries, so
+    equal masks compare equal). MegEngine's side runs `runs` times (a fresh process each: 4-7 s
+    here) and each case takes its most frequent value. A case that never repeats (its own draws,
+    a temporary path in a message, a kept MegEngine bug) is compared on its first run, as one
+    run would be."""
     seen: list[dict[str, Any]] = []
     for i in range(runs):
         (tmp / f"run{i}").mkdir()
