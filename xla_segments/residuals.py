@@ -53,22 +53,27 @@ def slim(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
     closed = closed.replace(jaxpr=closed.jaxpr.replace(
         outvars=[*outvars[:n_outs], *(outvars[n_outs + i] for i in kept)]))
     narrowed: dict[int, _Broadcast] = {}
-    if uses(closed, "broadcast_in_dim"):
-        closed = jax.make_jaxpr(lambda *a: _inlined(closed.jaxpr, closed.consts, a))(*avals)
-        outvars = list(closed.jaxpr.outvars)
-        made = {o: eqn for eqn in closed.jaxpr.eqns for o in eqn.outvars}
-        for k in range(n_outs, len(outvars)):
-            found = _broadcast_of(made.get(outvars[k]) if _is_var(outvars[k]) else None,
-                                  outvars[k])
-            if found is not None:
-                outvars[k], narrowed[k - n_outs] = found
-        closed = closed.replace(jaxpr=closed.jaxpr.replace(outvars=outvars))
+    inline = uses(closed, "broadcast_in_dim")
+    traced: list[bool] = []
 
     def forward(*inputs: Any) -> tuple:  # the traced jaxpr: `fwd`'s Python runs once, above
-        res = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *jax.tree.leaves(inputs))
+        flat = jax.tree.leaves(inputs)
+        if not inline:
+            res = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat)
+        else:  # calls inlined, so that a residual broadcast inside one is in reach; done
+            # in the trace that lowers the forward (a trace of its own before this cost Faster
+            # R-CNN's cold first step about 0.5 s of Python, RetinaNet's 0.2 s)
+            res, made = _inlined(closed.jaxpr, closed.consts, flat)
+            narrowed.clear()
+            for k in range(n_outs, len(res)):
+                if made[k] is not None:
+                    res[k], narrowed[k - n_outs] = made[k]
+        traced[:] = [True]
         return jax.tree.unflatten(outs_tree, res[:n_outs]), list(res[n_outs:])
 
     def rebuild(kept_res: list) -> Callable:
+        if not traced:  # which residuals are narrowed is found tracing the forward
+            jax.eval_shape(forward, *avals)
         full: list = [jax.numpy.zeros(a.shape, a.dtype) for a in leaves]  # unused: XLA drops
         for j, (i, r) in enumerate(zip(kept, kept_res)):
             full[i] = narrowed[j].apply(r) if j in narrowed else r
@@ -82,11 +87,13 @@ def _is_var(atom: Any) -> bool:
     return not isinstance(atom, jex.Literal)
 
 
-def _inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list:
-    """`jaxpr` evaluated with its nested calls (jnp's functions, the ops' own jits) inlined, so
-    that a residual broadcast inside one has its source in reach of the forward's outputs."""
+def _inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> tuple[list, list]:
+    """`jaxpr` evaluated with its nested calls (jnp's functions, the ops' own jits) inlined, and
+    for each output `(source, broadcast)` if a broadcast of a smaller `source` made it, else
+    None: a residual broadcast inside a call is narrowed like one outside."""
     env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
+    made: dict[Any, tuple[Any, _Broadcast]] = {}
 
     def read(v: Any) -> Any:
         return v.val if isinstance(v, jex.Literal) else env[v]
@@ -95,24 +102,29 @@ def _inlined(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list:
         ins = [read(v) for v in eqn.invars]
         inner = eqn.params.get("jaxpr")
         if eqn.primitive.name in CALLS and inner is not None and not eqn.effects:
-            outs = _inlined(getattr(inner, "jaxpr", inner), getattr(inner, "consts", ()), ins)
+            outs, inner_made = _inlined(getattr(inner, "jaxpr", inner),
+                                        getattr(inner, "consts", ()), ins)
+            made.update((o, m) for o, m in zip(eqn.outvars, inner_made) if m is not None)
         else:
             out = eqn.primitive.bind(*ins, **eqn.primitive.get_bind_params(eqn.params))
             outs = out if eqn.primitive.multiple_results else [out]
+            found = _broadcast_of(eqn, ins)
+            if found is not None:
+                made[eqn.outvars[0]] = found
         env.update(zip(eqn.outvars, outs))
-    return [read(v) for v in jaxpr.outvars]
+    return ([read(v) for v in jaxpr.outvars],
+            [made.get(v) if _is_var(v) else None for v in jaxpr.outvars])
 
 
-def _broadcast_of(eqn: Any, var: Any) -> tuple[Any, _Broadcast] | None:
-    """`(source, broadcast)` if `eqn`, which makes `var`, broadcasts a smaller `source` (a
-    variable or a literal); None otherwise (also for an input: no `eqn`)."""
-    if eqn is None or eqn.primitive.name != "broadcast_in_dim":
+def _broadcast_of(eqn: Any, ins: list) -> tuple[Any, _Broadcast] | None:
+    """`(source, broadcast)` if `eqn`, bound on `ins`, broadcasts a smaller `source` (a traced
+    value or a constant), else None."""
+    if eqn.primitive.name != "broadcast_in_dim":
         return None
-    source = eqn.invars[0]
-    if math.prod(source.aval.shape) >= math.prod(var.aval.shape):
+    if math.prod(eqn.invars[0].aval.shape) >= math.prod(eqn.outvars[0].aval.shape):
         return None
     p = eqn.params
-    return source, _Broadcast(tuple(p["shape"]), tuple(p["broadcast_dimensions"]),
+    return ins[0], _Broadcast(tuple(p["shape"]), tuple(p["broadcast_dimensions"]),
                               p.get("sharding"))
 
 

@@ -69,3 +69,25 @@ def test_a_constant_residual_and_no_broadcast_at_all():
     x = jnp.arange(6.0).reshape(2, 3)
     _grads_are_jaxs(lambda x: (x * jnp.float32(3.0) + 1.0,), [x], (0,))
     _grads_are_jaxs(lambda x: (jnp.sin(x),), [x], (0,))
+
+
+def test_the_pullback_rebuilt_before_the_forward_was_traced():
+    """`rebuild` finds which residuals are narrowed by tracing the forward itself when asked
+    first (a backward lowered for a forward read from disk)."""
+    from xla_segments.residuals import slim
+
+    b, t = 2, 8
+    mask = jnp.tril(jnp.ones((t, t), bool))
+
+    def fwd(s):
+        return jax.vjp(lambda s: (jnp.where(mask, s, 0.0) ** 2,), s)
+
+    s = jnp.asarray(np.random.default_rng(3).standard_normal((b, t, t)), jnp.float32)
+    avals = [jax.ShapeDtypeStruct(s.shape, s.dtype)]
+    _, residuals = jax.jit(slim(fwd, avals, (0,))[0])(s)
+    forward, rebuild = slim(fwd, avals, (0,))  # a pair whose forward is not traced yet
+    ct = jnp.ones((b, t, t), jnp.float32)
+    got = jax.jit(lambda res: rebuild(res)((ct,)))(residuals)
+    want = jax.vjp(lambda s: (jnp.where(mask, s, 0.0) ** 2,), s)[1]((ct,))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    assert [r.shape for r in residuals] == [(t, t), (b, t, t)]  # the mask at its own size
