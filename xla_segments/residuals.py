@@ -72,7 +72,7 @@ def slim(fwd: Callable, avals: Sequence[Any], diff_outputs: tuple[int, ...]
         return jax.tree.unflatten(outs_tree, res[:n_outs]), list(res[n_outs:])
 
     def rebuild(kept_res: list) -> Callable:
-        if not traced:  # which residuals are narrowed is found tracing the forward
+        if inline and not traced:  # which residuals are narrowed is found tracing the forward
             jax.eval_shape(forward, *avals)
         full: list = [jax.numpy.zeros(a.shape, a.dtype) for a in leaves]  # unused: XLA drops
         for j, (i, r) in enumerate(zip(kept, kept_res)):
