@@ -230,9 +230,28 @@ def test_a_segment_compiled_on_the_pool_is_kept_and_loads_in_a_new_segment(
 def test_a_pool_thread_keeps_nothing_compiled_under_other_jax_settings(threads, tmp_path,
                                                                         monkeypatch):
     """jax's settings (x64 here) are per thread and part of a store's key: a pool thread,
-    with the default settings, must not keep what was lowered under the caller's."""
+    with the default settings, must not keep what was lowered under the caller's. (Were the
+    caller to run a compile itself, because no pool thread had started it yet, it would keep
+    it, rightly, under its own settings: each compile is waited for on the pool here.)"""
     threads(2)
     monkeypatch.setattr(store, "folder", lambda name: str(tmp_path / name))
+    ran_by: list[str] = []
+
+    class OnPool(compile_pool.Task):
+        def __init__(self, job, ahead=False):
+            finished = threading.Event()
+
+            def run():
+                ran_by.append(thread_name())
+                try:
+                    return job()
+                finally:
+                    finished.set()
+
+            super().__init__(run, ahead)
+            assert finished.wait(timeout=60)
+
+    monkeypatch.setattr(compile_pool, "Task", OnPool)
     with jax.enable_x64(True):
         x = jnp.ones((3,), jnp.float64)
         seg = Segment(lambda v: (jnp.sin(v) * 2,), [x], store=segment_store.SegmentStore("x64"))
@@ -241,6 +260,7 @@ def test_a_pool_thread_keeps_nothing_compiled_under_other_jax_settings(threads, 
         (grad,) = bwd(res, (jnp.ones_like(out[0]),))
     assert grad.dtype == jnp.float64
     np.testing.assert_allclose(grad, 2 * np.cos(1.0), rtol=1e-12)
+    assert len(ran_by) == 2 and all(name.startswith("partial-compile") for name in ran_by)
     assert not (tmp_path / "segments").exists()
 
 
