@@ -19,9 +19,15 @@ backward programs compile during the forward pass); a ResNet-ish segment's, 2.49
 within noise: XLA:CPU already compiles one large program on about 1.8 of the 2 cores. And
 XLA:CPU's compiles largely wait for each other: a 0.09 s program compiled while a 2.4 s one
 compiles on another thread took 0.6-1.7 s (jaxlib 0.10.2, 2 cores; the same with parallel
-codegen split 1 or the older emitters). What the pool buys is the caller's Python and the
-step's running going on beside a compile, not two compiles at once; a compile the step needs
-now can wait behind one it needs later (RetinaNet's backward behind its loss stretches').
+codegen split 1 or the older emitters). Why: XLA:CPU generates every program's machine code on
+one process-wide pool of codegen threads (one per core), first come first served, so a small
+compile's kernels queue behind all those a large one queued before them. Per-thread CPU time
+shows it: FCOS's 2.4 s backward compiled on one thread and four small programs (0.44 s alone)
+on another spent their codegen on the same two pool threads, and the small ones took 1.1-2.4 s;
+giving the large compile's thread the lowest priority (nice 19) changed nothing, since the
+pool's threads do the work. What the pool buys is the caller's Python and the step's running
+going on beside a compile, not two compiles at once; a compile the step needs now can wait
+behind one it needs later (RetinaNet's backward behind its loss stretches').
 
 So a compile is started either for a thread to wait on soon (a segment's training forward) or
 ahead of need (a segment's backward, eager ops' backward programs, an optimizer's update:
