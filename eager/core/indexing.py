@@ -17,6 +17,7 @@ from .device import commit
 from .errors import OpIndexError
 from .index_checks import check_range
 from .op_errors import bad_argument
+from .ops import OPS
 from .tensor_methods import TensorMethods
 
 
@@ -145,4 +146,41 @@ def mask_indices(mask: Any, what: str = "a boolean mask index") -> list:
     return out
 
 
+def mask_assigned(x: Any, index: Any, value: Any) -> Any:
+    """`x` after `x[mask] = value`, computed as a select (`mask_setitem`) where that is the same
+    assignment, else None (the caller assigns by indices): `mask` a bool tensor over `x`'s
+    leading axes, neither ragged, and `value` the same for every selected element (a number, or
+    of a shape that broadcasts to the trailing axes, maybe with an axis of 1 in front). No count
+    of the selection is needed: no host read in eager code, no graph break in a region (MegEngine
+    code sets labels this way: `labels[iou < low] = 0`)."""
+    mask = index[0] if type(index) is tuple and len(index) == 1 else index
+    if not (isinstance(mask, _t.Tensor) and isinstance(x, _t.Tensor) and mask.dtype == np.bool_
+            and mask.ndim > 0 and x._len is None and mask._len is None and x._qdtype is None
+            and isinstance(x.dtype, np.dtype) and mask.ndim <= x.ndim
+            and tuple(x.shape[:mask.ndim]) == tuple(mask.shape)):
+        return None
+    rest = tuple(x.shape[mask.ndim:])
+    shape = _value_shape(value)
+    if shape is None:
+        return None
+    lead = len(shape) == len(rest) + 1 and shape[0] == 1
+    each = shape[1:] if lead else shape
+    if len(each) > len(rest) or any(v not in (1, r) for v, r in zip(each[::-1], rest[::-1])):
+        return None
+    return _t.apply(OPS["mask_setitem"], x, value, mask, lead=lead)
+
+
+def _value_shape(value: Any) -> tuple | None:
+    """The shape of an assigned value (a number, an array, a tensor not ragged); None for
+    anything else."""
+    if isinstance(value, (bool, int, float, np.generic)):
+        return ()
+    if isinstance(value, _t.Tensor):
+        return tuple(value.shape) if value._len is None else None
+    if isinstance(value, np.ndarray):
+        return value.shape
+    return None
+
+
 _t.above.parse_index = parse_index
+_t.above.mask_assigned = mask_assigned

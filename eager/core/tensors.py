@@ -411,8 +411,10 @@ class Tensor(TensorMethods):
         return apply(OPS["getitem"], self, *dynamic, spec=spec)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        spec, dynamic = above.parse_index(self, index)
-        new = apply(OPS["setitem"], self, value, *dynamic, spec=spec)
+        new = above.mask_assigned(self, index, value)  # `x[mask] = v`: a select, if it is one
+        if new is None:
+            spec, dynamic = above.parse_index(self, index)
+            new = apply(OPS["setitem"], self, value, *dynamic, spec=spec)
         self._assign(new)
 
 
@@ -436,6 +438,7 @@ class _Above:
     imports them, so they are set before any Tensor exists."""
 
     parse_index: Callable[[Any, Any], tuple[tuple, list]]
+    mask_assigned: Callable[[Any, Any, Any], Any]
     quantized_init: Callable[[Any, Any], tuple[Any, Any, np.dtype]]
     quantized_astype: Callable[[Tensor, Any], Tensor]
     dispatch_quantized: Callable[[Op, dict, Sequence], Any]

@@ -142,6 +142,17 @@ def setitem(x, value, *index, spec):
     return x.at[_build_index(spec, index)].set(jnp.asarray(value, dtype=x.dtype))
 
 
+@defop("mask_setitem")
+def mask_setitem(x, value, mask, *, lead):
+    """`x[mask] = value` for a bool `mask` over `x`'s leading axes and a `value` that every
+    selected element takes alike (of `x`'s trailing shape, or broadcasting to it; `lead`: with
+    an axis of 1 in front, for the selection): a select, which needs no count of the selection."""
+    value = jnp.asarray(value, dtype=x.dtype)
+    if lead:
+        value = value.reshape(value.shape[1:])
+    return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim)), value, x)
+
+
 
 
 def _matrix_check(inputs: Sequence, attrs: dict) -> Found:
