@@ -431,7 +431,8 @@ _ADD, _SUB, _MUL, _DIV = OPS["add"], OPS["sub"], OPS["mul"], OPS["div"]
 # ----- what the modules above supply -------------------------------------------------------------
 class _Above:
     """What the Tensor reaches in the two modules above this one, which make Tensors and run
-    ops and so import this module: `indexing.py` parses `t[index]` (`parse_index`) and
+    ops and so import this module: `indexing.py` parses `t[index]` (`parse_index`), makes
+    `t[mask] = v` a select where it is one (`mask_assigned`), and
     `ragged_dispatch.py` runs ops with a ragged input (`dispatch_ragged`) and reads a ragged
     tensor's exact array (`exact_array`), `quantized_tensors.py` makes and runs ops on
     quantized tensors. Each sets its functions here when it is imported; `eager/core/__init__.py`
