@@ -154,9 +154,8 @@ def mask_assigned(x: Any, index: Any, value: Any) -> Any:
     of the selection is needed: no host read in eager code, no graph break in a region (MegEngine
     code sets labels this way: `labels[iou < low] = 0`)."""
     mask = index[0] if type(index) is tuple and len(index) == 1 else index
-    if not (isinstance(mask, _t.Tensor) and isinstance(x, _t.Tensor) and mask.dtype == np.bool_
-            and mask.ndim > 0 and x._len is None and mask._len is None and x._qdtype is None
-            and isinstance(x.dtype, np.dtype) and mask.ndim <= x.ndim
+    if not (isinstance(mask, _t.Tensor) and mask.dtype == np.bool_ and 0 < mask.ndim <= x.ndim
+            and x._len is None and mask._len is None and x._qdtype is None
             and tuple(x.shape[:mask.ndim]) == tuple(mask.shape)):
         return None
     rest = tuple(x.shape[mask.ndim:])
