@@ -25,7 +25,7 @@ from .eviction import set_max_size as set_cache_max_size
 from .executable import Executable
 from .kept import HIT_EVENT as KEPT_HIT_EVENT
 from .kept import LOAD_EVENT as KEPT_LOAD_EVENT
-from .kept import Kept, Persistent
+from .kept import Kept, Persistent, kept_value
 from .kept import own as own_kept_ops
 from .kept import wrap as keep_jitted
 from .options import REMAT_VALUES, CompileOptions, base_compile_options, quick_compile_options
@@ -38,6 +38,6 @@ from .segment_store import for_stretch as store_for_stretch
 __all__ = ["Segment", "Executable", "CompileOptions", "PerRank", "abstract", "REMAT_VALUES",
            "set_cache_dir", "cache_dir", "default_dir", "CacheDirError", "CacheWarning",
            "set_cache_max_size", "cache_max_size", "cache_counts", "recent_runs",
-           "Kept", "Persistent", "keep_jitted", "own_kept_ops", "KEPT_HIT_EVENT",
+           "Kept", "Persistent", "kept_value", "keep_jitted", "own_kept_ops", "KEPT_HIT_EVENT",
            "KEPT_LOAD_EVENT", "quick_compile_options", "base_compile_options", "SegmentStore",
            "store_for_program", "store_for_stretch", "compile_threads"]

@@ -45,6 +45,7 @@ from .options import base_compile_options
 HIT_EVENT = "/eager/persistent_cache/hits"
 LOAD_EVENT = "/eager/persistent_cache/load_duration"
 _SUBDIR = "eager-ops"
+_VALUES = "eager-values"
 _PLAIN = (bool, int, float, complex, str, type(None), type(Ellipsis), np.dtype, enum.Enum)
 _SCALARS = (bool, int, float, complex)
 _ARRAY: list[type] = []  # jax's concrete array type, found at the first wrap (the backend is up)
@@ -72,11 +73,11 @@ def cache_dir() -> str | None:
     return store.folder(_SUBDIR)
 
 
-def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict | None,
+def wrap(fn: Callable, ident: tuple, key: tuple, options: dict | None,
          donate: tuple[int, ...]) -> Persistent | None:
     """The op function `fn` with static attributes `key` as an eager call runs it: through the
-    disk cache, with `plain` (its `jax.jit`) for calls in a trace. None when the cache is off
-    or cannot key this program: the caller keeps its plain jit."""
+    disk cache, with its plain `jax.jit` for calls in a trace. None when the cache is off or
+    cannot key this program: the caller keeps its plain jit."""
     if _trace_context is None or cache_dir() is None or not store.one_device():
         return None
     if not _plain_value(key) or not _plain_value(options):
@@ -100,9 +101,53 @@ def wrap(fn: Callable, plain: Callable, ident: tuple, key: tuple, options: dict 
     # names included) holds no copy of it from before an upgrade of `eager` that would keep
     # this cache from ever storing it.
     own.__name__ = f"{name}_{hashlib.sha256(_environment().encode()).hexdigest()[:8]}"
-    jitted = jax.jit(own, donate_argnums=donate, compiler_options=options)
+    jitted = Jit(own, donate_argnums=donate, compiler_options=options)
     program = repr((ident, donate, key, sorted((options or {}).items())))
-    return Persistent(jitted, plain, program, f"jit({name})")
+    return Persistent(jitted, Jit(fn, donate_argnums=donate), program, f"jit({name})")
+
+
+class Jit:
+    """`jax.jit(fn, **settings)`, made at its first use: making a jit reads the function's
+    signature (0.1 ms), and a warm process loads most of its programs from disk without ever
+    tracing them (RetinaNet's eager first step made 206 jits)."""
+
+    __slots__ = ("fn", "settings", "made")
+
+    def __init__(self, fn: Callable, **settings: Any):
+        self.fn, self.settings = fn, settings
+        self.made: Any = None
+
+    def get(self) -> Any:
+        if self.made is None:
+            self.made = jax.jit(self.fn, **self.settings)
+        return self.made
+
+    def __call__(self, *args: Any) -> Any:
+        return self.get()(*args)
+
+    def _cache_size(self) -> int:  # as a jitted function reports it (compiled specializations)
+        return 0 if self.made is None else self.made._cache_size()
+
+
+def kept_value(what: str, key: tuple, make: Callable[[], Any]) -> Any:
+    """`make()`, a literal (numbers, strings, None, tuples of them) that eager derives by
+    tracing its own code, such as how an op runs on ragged storage: read from disk when a
+    process before this one derived it under the same `key` (plain values naming the inputs
+    of the derivation), in the same environment, and written there otherwise. A trace costs
+    2-6 ms; Faster R-CNN's eager first step made 214. The cache off, or a key or value it
+    cannot print exactly: `make()`, kept nowhere."""
+    folder = store.folder(_VALUES)
+    if folder is None or _trace_context is None or not _plain_value(key):
+        return make()
+    text = repr((store.scope(_Owner.packages, _trace_context(), _printable), what, key))
+    path = store.path_of(folder, text)
+    found = store.read_value(path, text)
+    if found is not store.MISSING:
+        return found
+    value = make()
+    if _plain_value(value):
+        store.write_value(path, text, value)
+    return value
 
 
 class Kept:
@@ -118,10 +163,9 @@ class Kept:
 
     def __call__(self, *args: Any) -> Any:
         if self.call is None:
-            plain = jax.jit(self.fn)
             # (the cache off: plain, options and all, which may run in a trace)
-            self.call = wrap(self.fn, plain, ("eager." + self.name,), self.key,
-                             base_compile_options() or None, ()) or plain
+            self.call = wrap(self.fn, ("eager." + self.name,), self.key,
+                             base_compile_options() or None, ()) or jax.jit(self.fn)
         return self.call(*args)
 
 
@@ -132,14 +176,14 @@ class Persistent:
 
     __slots__ = ("jitted", "plain", "program", "name", "loaded", "started", "__weakref__")
 
-    def __init__(self, jitted: jax.stages.Wrapped, plain: Callable, program: str, name: str):
+    def __init__(self, jitted: Jit, plain: Jit, program: str, name: str):
         self.jitted, self.plain, self.program, self.name = jitted, plain, program, name
         self.loaded: dict[tuple, Callable] = {}
         self.started: dict[tuple, compile_pool.Task] | None = None  # by `prefetch`, not used yet
 
     def _cache_size(self) -> int:  # as a jitted function reports it (compiled specializations)
         # `_cache_size` is a method of jax's jitted functions that `jax.stages.Wrapped` leaves out
-        return len(self.loaded) + self.plain._cache_size()  # type: ignore[attr-defined]
+        return len(self.loaded) + self.plain._cache_size()
 
     def __call__(self, *args: Any) -> Any:
         signature = _signature(args)
@@ -179,7 +223,7 @@ class Persistent:
         """A job that compiles and stores the program for `args`, lowered now: in this thread,
         whose jax settings shape it (a pool thread has its own). None if it does not lower."""
         try:
-            lowered = self.jitted.lower(*args)
+            lowered = self.jitted.get().lower(*args)
         except Exception:  # noqa: BLE001 - the call lowers it again, and raises there as ever
             return None
         return lambda: self._compiled(where, lowered)
@@ -196,7 +240,7 @@ class Persistent:
         if where is None:
             return self.plain
         found = self._read(where)
-        return found if found is not None else self._compiled(where, self.jitted.lower(*args))
+        return found if found is not None else self._compiled(where, self.jitted.get().lower(*args))
 
     def _where(self, key: tuple) -> tuple[Any, str] | None:
         """The file and the full key text of the program for `key`, or None: not kept."""
@@ -204,9 +248,7 @@ class Persistent:
         if folder is None or not store.one_device():  # e.g. jax.distributed started meanwhile
             return None
         context, signature = key
-        # outside a trace its one unprintable part (the axis environment) is empty
-        context = tuple(v if _plain_value(v) else type(v).__name__ for v in context)
-        text = repr((_environment(), store.settings(), context, self.program, signature))
+        text = repr((store.scope(_Owner.packages, context, _printable), self.program, signature))
         return store.path_of(folder, text), text
 
     def _read(self, where: tuple[Any, str]) -> Any:
@@ -276,6 +318,12 @@ def _plain_value(value: Any) -> bool:
     if isinstance(value, type):  # a scalar type such as jnp.float32 or np.int64
         return issubclass(value, np.generic) or value in _PLAIN
     return isinstance(value, _PLAIN)
+
+
+def _printable(context: tuple) -> tuple:
+    """A trace context as a key holds it: outside a trace its one unprintable part (the axis
+    environment) is empty, so its type says all."""
+    return tuple(v if _plain_value(v) else type(v).__name__ for v in context)
 
 
 def _environment() -> str:

@@ -15,10 +15,14 @@ and the executable compiled again; unverified, such a file killed the process (S
 or an abort inside XLA's loader). Writes are atomic (a reader never sees half a file), so
 several processes can fill one directory; a load marks its file used (its mtime), which the
 size limit's least-recently-used eviction (`eviction.py`) reads.
+
+Beside executables it keeps small literal values derived by tracing the same code under the same
+kind of key (`read_value`, `write_value`): framed and verified alike, parsed as literals.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copyreg
 import hashlib
@@ -87,6 +91,26 @@ def environment(packages: Sequence[str]) -> str:
             device.device_kind, device.id, cache_location.host_features(),
             os.environ.get("XLA_FLAGS", ""), source.hexdigest()))
     return _ENVIRONMENTS[key]
+
+
+_SCOPES: dict[tuple, str] = {}
+_MAX_SCOPES = 64
+
+
+def scope(packages: Sequence[str], context: tuple, plain: Callable[[tuple], tuple]) -> str:
+    """A digest of what every key made now in this thread shares: `environment(packages)`,
+    jax's `settings()` and the trace `context` (`plain(context)` the printable form a key holds).
+    Keys hold it instead of the text itself (5-6 KB, 0.1 ms to print and hash at each of the
+    hundreds of programs a warm first step loads); remembered per value of jax's settings,
+    which a process rarely changes."""
+    seen = (tuple(packages), context, tuple(jax.config.values.values()))
+    found = _SCOPES.get(seen)
+    if found is None:
+        if len(_SCOPES) >= _MAX_SCOPES:
+            _SCOPES.clear()
+        text = repr((environment(packages), settings(), plain(context)))
+        found = _SCOPES[seen] = hashlib.sha256(text.encode()).hexdigest()
+    return found
 
 
 def path_of(directory: str, text: str) -> Path:
@@ -167,22 +191,63 @@ def write(path: Path, text: str, compiled: Any, extra: Any = None) -> None:
     """Store `compiled` at `path` atomically (a reader never sees half a file), with `extra`
     (plain data) beside it; a cache that cannot be written costs only the next process's
     compile."""
-    tmp = None
     try:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-        data = framed(pickle.dumps((text, payload, in_tree, out_tree, extra)))
+    except Exception:  # noqa: BLE001 - not serializable here: compiled again next time
+        return
+    if _put(path, framed(pickle.dumps((text, payload, in_tree, out_tree, extra)))):
+        used[path] = None
+
+
+def _put(path: Path, data: bytes) -> bool:
+    """Write `data` to `path` atomically; whether it was written."""
+    tmp = None
+    try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
         tmp = None
-        used[path] = None
         eviction.wrote(path.parent.parent, len(data))
+        return True
     except Exception:  # noqa: BLE001 - e.g. a read-only or full disk: keep running
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        return False
+
+
+#: What `read_value` returns for an entry it does not have.
+MISSING = object()
+
+
+def read_value(path: Path, text: str) -> Any:
+    """The literal (numbers, strings, None, tuples and lists of them) stored at `path` for key
+    `text`, or `MISSING`: absent, another key's, or damaged (removed). Parsed as a literal,
+    never unpickled: reading a value runs nothing."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return MISSING
+    body = verified(data)
+    try:
+        stored, value = ast.literal_eval(body.decode()) if body is not None else (None, None)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        body = None
+    if body is None:
+        _discard(path)
+        return MISSING
+    if stored != text:
+        return MISSING
+    with contextlib.suppress(OSError):  # used now: the last to be evicted
+        os.utime(path)
+    return value
+
+
+def write_value(path: Path, text: str, value: Any) -> None:
+    """Store the literal `value` at `path` for key `text` (see `read_value`)."""
+    _put(path, framed(repr((text, value)).encode()))
 
 
 def _pickle_auto_layout_by_name() -> None:

@@ -142,12 +142,12 @@ class Op:
              donate: tuple[int, ...] = ()) -> Callable:
         """`jax.jit(fn)`, with the op's compiler options for calls outside any trace, and its
         executables kept on disk when jax's persistent cache is on (`persistent.py`)."""
-        plain = jax.jit(fn, donate_argnums=donate)
         options = self.options(key)
         if self.persist is not None:
-            kept = persistent.wrap(fn, plain, (*self.persist, *variant), key, options, donate)
+            kept = persistent.wrap(fn, (*self.persist, *variant), key, options, donate)
             if kept is not None:
                 return kept
+        plain = jax.jit(fn, donate_argnums=donate)
         if options is None:
             return plain
         return _Tuned(jax.jit(fn, donate_argnums=donate, compiler_options=options), plain)
