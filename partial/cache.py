@@ -21,7 +21,8 @@ from typing import TextIO
 
 import xla_segments
 
-_KINDS = (("eager-ops", "eager ops' programs"), ("segments", "compiled regions' executables"))
+_KINDS = (("eager-ops", "eager ops' programs"), ("segments", "compiled regions' executables"),
+          ("eager-values", "what eager learned by tracing (ragged plans)"))
 
 
 def _size(nbytes: float) -> str:
@@ -45,9 +46,9 @@ def info(directory: str, out: TextIO = sys.stdout) -> None:
     print(f"size: {_size(total)} of {_size(xla_segments.cache_max_size())} "
           f"(least recently used removed first)", file=out)
     for sub, what in _KINDS:
-        print(f"  {sub + '/':<11} {len(_files(root / sub)):6d} {what}", file=out)
+        print(f"  {sub + '/':<13} {len(_files(root / sub)):6d} {what}", file=out)
     jax_own = [p for p in files if p.parent.name.startswith("jax-") and p.name.endswith("-cache")]
-    print(f"  {'(jax)':<11} {len(jax_own):6d} jax's own entries", file=out)
+    print(f"  {'(jax)':<13} {len(jax_own):6d} jax's own entries", file=out)
     runs = xla_segments.recent_runs(directory)[-10:]
     if not runs:
         print("recent runs: none recorded", file=out)

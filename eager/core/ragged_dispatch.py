@@ -23,6 +23,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from xla_segments import kept_value
+
 from . import ragged as _r
 from . import tape
 from . import tensors as _t
@@ -182,7 +184,12 @@ def _plan(op: Any, key: tuple, kind: str, inputs: Sequence) -> tuple | None:
     if plan is False:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
-        plan = _PLANS[sig] = _check(op, key, kind, inputs)
+        if op.persist is None:  # a user's op: its function may close over anything
+            plan = _check(op, key, kind, inputs)
+        else:
+            plan = kept_value("ragged plan", (op.persist, *sig[1:]),
+                              lambda: _check(op, key, kind, inputs))
+        _PLANS[sig] = plan
     return plan
 
 

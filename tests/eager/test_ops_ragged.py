@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import eager as eg
 import eager.functional as F
 from eager.autodiff import GradManager
+from eager.core import ragged_dispatch
 from tests.eager.ragged_programs import PROGRAMS, run_program
 from tests.helpers import examples
 
@@ -240,3 +241,30 @@ def test_a_zero_dimensional_mask_is_a_clear_error():
     for mask in (True, eg.tensor(True), np.bool_(False)):
         with pytest.raises(OpIndexError, match="0-d boolean index"):
             x[mask]
+
+
+def test_a_new_process_reads_how_an_op_runs_on_ragged_storage(cache, monkeypatch):
+    """A ragged tensor's ops: the first process traces each op to learn how it runs on the
+    padded storage; a new one (nothing in memory) reads that and traces nothing, with the same
+    results."""
+    traced = []
+    check = ragged_dispatch._check
+    monkeypatch.setattr(ragged_dispatch, "_check",
+                        lambda *a: traced.append(a[0].name) or check(*a))
+    eg.set_ragged_buckets(2.0, small_source=4)
+    try:
+        x = eg.tensor(np.arange(12, dtype=np.float32).reshape(6, 2))
+
+        def program():
+            r = x[x[:, 0] > 3.0]
+            return ((r * 2.0 + 1.0).sum(axis=1)).numpy()
+
+        monkeypatch.setattr(ragged_dispatch, "_PLANS", {})  # a first process: nothing known
+        first = program()
+        assert traced
+        monkeypatch.setattr(ragged_dispatch, "_PLANS", {})  # a second one: only the disk
+        traced.clear()
+        np.testing.assert_array_equal(program(), first)
+        assert traced == []
+    finally:
+        eg.set_ragged_buckets(2.0)
