@@ -21,6 +21,9 @@ one device that run alone (not a rank of `jax.distributed`). Everything else run
 op's plain `jax.jit`, as it does with the cache off.
 An entry that cannot be read is removed, and the program compiled anew (or loaded from jax's
 cache). The directory is private to its user (`cache_location.py`).
+
+What eager learns by tracing its own code under such a key, as a literal (how an op runs on
+ragged storage), is kept beside them in `<cache dir>/eager-values/` (`kept_value`).
 """
 
 from __future__ import annotations
