@@ -104,12 +104,17 @@ def scope(packages: Sequence[str], context: tuple, plain: Callable[[tuple], tupl
     hundreds of programs a warm first step loads); remembered per value of jax's settings,
     which a process rarely changes."""
     seen = (tuple(packages), context, tuple(jax.config.values.values()))
-    found = _SCOPES.get(seen)
+    try:
+        found = _SCOPES.get(seen)
+    except TypeError:  # a setting (of another jax) that cannot be hashed: not remembered
+        seen, found = None, None
     if found is None:
-        if len(_SCOPES) >= _MAX_SCOPES:
-            _SCOPES.clear()
         text = repr((environment(packages), settings(), plain(context)))
-        found = _SCOPES[seen] = hashlib.sha256(text.encode()).hexdigest()
+        found = hashlib.sha256(text.encode()).hexdigest()
+        if seen is not None:
+            if len(_SCOPES) >= _MAX_SCOPES:
+                _SCOPES.clear()
+            _SCOPES[seen] = found
     return found
 
 
