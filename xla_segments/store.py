@@ -105,13 +105,13 @@ def scope(packages: Sequence[str], context: tuple, plain: Callable[[tuple], tupl
     which a process rarely changes."""
     seen = (tuple(packages), context, tuple(jax.config.values.values()))
     try:
-        found = _SCOPES.get(seen)
+        found, hashable = _SCOPES.get(seen), True
     except TypeError:  # a setting (of another jax) that cannot be hashed: not remembered
-        seen, found = None, None
+        found, hashable = None, False
     if found is None:
         text = repr((environment(packages), settings(), plain(context)))
         found = hashlib.sha256(text.encode()).hexdigest()
-        if seen is not None:
+        if hashable:
             if len(_SCOPES) >= _MAX_SCOPES:
                 _SCOPES.clear()
             _SCOPES[seen] = found
