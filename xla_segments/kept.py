@@ -138,7 +138,8 @@ def kept_value(what: str, key: tuple, make: Callable[[], Any]) -> Any:
     process before this one derived it under the same `key` (plain values naming the inputs
     of the derivation), in the same environment, and written there otherwise. A trace costs
     2-6 ms; Faster R-CNN's eager first step made 214. The cache off, or a key or value it
-    cannot print exactly: `make()`, kept nowhere."""
+    cannot print exactly: `make()`, kept nowhere. Inside a trace the axis environment is keyed
+    by its type only (as a program's is): a value must not depend on named axes."""
     folder = store.folder(_VALUES)
     if folder is None or _trace_context is None or not _plain_value(key):
         return make()
@@ -148,8 +149,7 @@ def kept_value(what: str, key: tuple, make: Callable[[], Any]) -> Any:
     if found is not store.MISSING:
         return found
     value = make()
-    if _plain_value(value):
-        store.write_value(path, text, value)
+    store.write_value(path, text, value)
     return value
 
 

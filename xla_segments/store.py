@@ -17,7 +17,8 @@ several processes can fill one directory; a load marks its file used (its mtime)
 size limit's least-recently-used eviction (`eviction.py`) reads.
 
 Beside executables it keeps small literal values derived by tracing the same code under the same
-kind of key (`read_value`, `write_value`): framed and verified alike, parsed as literals.
+kind of key (`read_value`, `write_value`): framed and verified alike under a tag of their own
+(`VALUE_MAGIC`), parsed as literals, and written only when their text reads back as themselves.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from . import cache_location, cache_stats, eviction
 
 _FORMAT = 4  # bump when what a file holds changes
 MAGIC = b"PTXC\x04\n"  # then the SHA-256 of the body, then the body (a pickle)
+VALUE_MAGIC = b"PTXV\x01\n"  # a value's file: then the digest, then the text of a literal
 _DIGEST = hashlib.sha256().digest_size
 
 
@@ -103,13 +105,17 @@ def scope(packages: Sequence[str], context: tuple, plain: Callable[[tuple], tupl
     Keys hold it instead of the text itself (5-6 KB, 0.1 ms to print and hash at each of the
     hundreds of programs a warm first step loads); remembered per value of jax's settings,
     which a process rarely changes."""
-    seen = (tuple(packages), context, tuple(jax.config.values.values()))
+    values = tuple(jax.config.values.values())
+    printable = plain(context)
+    # what the text holds, with types: equal tuples of other types (1, True) print apart
+    seen = (tuple(packages), printable, tuple(map(type, printable)), values,
+            tuple(map(type, values)))
     try:
         found, hashable = _SCOPES.get(seen), True
     except TypeError:  # a setting (of another jax) that cannot be hashed: not remembered
         found, hashable = None, False
     if found is None:
-        text = repr((environment(packages), settings(), plain(context)))
+        text = repr((environment(packages), settings(), printable))
         found = hashlib.sha256(text.encode()).hexdigest()
         if hashable:
             if len(_SCOPES) >= _MAX_SCOPES:
@@ -171,20 +177,21 @@ def _load(path: Path, text: str | None = None) -> tuple | None:
     return stored, loaded, extra
 
 
-def verified(data: bytes) -> bytes | None:
-    """The body of a stored file whose digest matches it, else None."""
-    head = len(MAGIC) + _DIGEST
-    if len(data) < head or not data.startswith(MAGIC):
+def verified(data: bytes, magic: bytes = MAGIC) -> bytes | None:
+    """The body of a stored file (an executable's; a value's with `VALUE_MAGIC`) whose digest
+    matches it, else None."""
+    head = len(magic) + _DIGEST
+    if len(data) < head or not data.startswith(magic):
         return None
     body = memoryview(data)[head:]
-    if hashlib.sha256(body).digest() != data[len(MAGIC):head]:
+    if hashlib.sha256(body).digest() != data[len(magic):head]:
         return None
     return bytes(body)
 
 
-def framed(body: bytes) -> bytes:
+def framed(body: bytes, magic: bytes = MAGIC) -> bytes:
     """What a file holds for `body`: the magic tag, its digest, itself."""
-    return MAGIC + hashlib.sha256(body).digest() + body
+    return magic + hashlib.sha256(body).digest() + body
 
 
 def _discard(path: Path) -> None:
@@ -198,9 +205,10 @@ def write(path: Path, text: str, compiled: Any, extra: Any = None) -> None:
     compile."""
     try:
         payload, in_tree, out_tree = serialize_executable.serialize(compiled)
-    except Exception:  # noqa: BLE001 - not serializable here: compiled again next time
-        return
-    if _put(path, framed(pickle.dumps((text, payload, in_tree, out_tree, extra)))):
+        data = framed(pickle.dumps((text, payload, in_tree, out_tree, extra)))
+    except Exception:  # noqa: BLE001 - e.g. an output tree that does not pickle: compiled
+        return  # again by the next process, as with a cache that cannot be written
+    if _put(path, data):
         used[path] = None
 
 
@@ -214,13 +222,14 @@ def _put(path: Path, data: bytes) -> bool:
             f.write(data)
         os.replace(tmp, path)
         tmp = None
-        eviction.wrote(path.parent.parent, len(data))
-        return True
     except Exception:  # noqa: BLE001 - e.g. a read-only or full disk: keep running
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         return False
+    with contextlib.suppress(Exception):  # the size limit's tally: checked again next write
+        eviction.wrote(path.parent.parent, len(data))
+    return True
 
 
 #: What `read_value` returns for an entry it does not have.
@@ -235,7 +244,7 @@ def read_value(path: Path, text: str) -> Any:
         data = path.read_bytes()
     except OSError:
         return MISSING
-    body = verified(data)
+    body = verified(data, VALUE_MAGIC)
     try:
         stored, value = ast.literal_eval(body.decode()) if body is not None else (None, None)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -251,8 +260,24 @@ def read_value(path: Path, text: str) -> Any:
 
 
 def write_value(path: Path, text: str, value: Any) -> None:
-    """Store the literal `value` at `path` for key `text` (see `read_value`)."""
-    _put(path, framed(repr((text, value)).encode()))
+    """Store the literal `value` at `path` for key `text` (see `read_value`); nothing for a
+    value whose text does not read back as itself (a numpy scalar or dtype, NaN, a frozenset)."""
+    body = repr((text, value))
+    try:
+        back = ast.literal_eval(body)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return
+    if _same(back[1], value):
+        _put(path, framed(body.encode(), VALUE_MAGIC))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether `a` and `b` are equal and of the same types throughout (True is not 1)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
 
 
 def _pickle_auto_layout_by_name() -> None:

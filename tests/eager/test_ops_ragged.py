@@ -266,5 +266,9 @@ def test_a_new_process_reads_how_an_op_runs_on_ragged_storage(cache, monkeypatch
         traced.clear()
         np.testing.assert_array_equal(program(), first)
         assert traced == []
+        values = np.arange(20, dtype=np.float32).reshape(10, 2)
+        x = eg.tensor(values)  # other storage shapes
+        np.testing.assert_array_equal(program(), (values[values[:, 0] > 3] * 2 + 1).sum(1))
+        assert traced  # other keys: traced, not read
     finally:
         eg.set_ragged_buckets(2.0)

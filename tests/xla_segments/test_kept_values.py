@@ -41,7 +41,7 @@ def test_a_value_is_derived_once_and_read_back(folder):
     assert len(list(folder.iterdir())) == 1
 
 
-@pytest.mark.parametrize("change", ["what", "key", "setting"])
+@pytest.mark.parametrize("change", ["what", "key", "setting", "global setting"])
 def test_each_part_of_the_key_separates_values(folder, change):
     kept_value("plan", ("op", (3, 4)), Maker(1))
     other = Maker(2)
@@ -49,15 +49,24 @@ def test_each_part_of_the_key_separates_values(folder, change):
         got = kept_value("other plan", ("op", (3, 4)), other)
     elif change == "key":
         got = kept_value("plan", ("op", (3, 5)), other)
-    else:
+    elif change == "setting":  # one of the trace context's
         with jax.enable_x64(True):
             got = kept_value("plan", ("op", (3, 4)), other)
+    else:  # one outside the trace context: in jax's settings only
+        name = "jax2tf_associative_scan_reductions"
+        before = jax.config.values[name]
+        jax.config.update(name, not before)
+        try:
+            got = kept_value("plan", ("op", (3, 4)), other)
+        finally:
+            jax.config.update(name, before)
     assert got == 2 and other.calls == 1
     assert len(list(folder.iterdir())) == 2
 
 
 @pytest.mark.parametrize("damage", ["truncated", "header", "digest", "payload", "trailing",
-                                    "another key", "not a literal", "a pickle"])
+                                    "another key", "not a literal", "a pickle",
+                                    "an executable's frame"])
 def test_a_damaged_foreign_or_unparsable_file_is_derived_anew(folder, damage, tmp_path):
     kept_value("plan", ("op",), Maker((1, 2)))
     (entry,) = folder.iterdir()
@@ -66,13 +75,15 @@ def test_a_damaged_foreign_or_unparsable_file_is_derived_anew(folder, damage, tm
     if damage == "truncated":
         entry.write_bytes(data[:20])
     elif damage == "another key":  # a hash collision: the file holds the key it was written for
-        entry.write_bytes(store.framed(repr(("another key", (9, 9))).encode()))
+        entry.write_bytes(store.framed(repr(("another key", (9, 9))).encode(), store.VALUE_MAGIC))
     elif damage == "not a literal":  # a valid frame around code: parsed, never evaluated
         code = f"(open({str(ran)!r}, 'w'), (1, 2))"
-        entry.write_bytes(store.framed(code.encode()))
+        entry.write_bytes(store.framed(code.encode(), store.VALUE_MAGIC))
     elif damage == "a pickle":
         import pickle
-        entry.write_bytes(store.framed(pickle.dumps(("plan", (1, 2)))))
+        entry.write_bytes(store.framed(pickle.dumps(("plan", (1, 2))), store.VALUE_MAGIC))
+    elif damage == "an executable's frame":  # a file of the other kind, moved here
+        entry.write_bytes(store.framed(repr((None, (1, 2))).encode()))
     else:  # one bit flipped: in the magic tag, the digest, the body's middle, its last byte
         at = {"header": 2, "digest": len(store.MAGIC) + 5, "payload": len(data) // 2,
               "trailing": len(data) - 1}[damage]
@@ -91,10 +102,12 @@ def test_nothing_is_kept_for_what_cannot_be_keyed_or_printed(folder):
     for _ in range(2):
         kept_value("plan", ("op", np.sin), unkeyed)  # a function: its repr is not all of it
     assert unkeyed.calls == 2
-    unprintable = Maker(np.arange(3))
-    for _ in range(2):
-        kept_value("plan", ("op",), unprintable)
-    assert unprintable.calls == 2
+    for value in (np.arange(3), np.dtype("float32"), np.float64(1.0), float("nan"), frozenset({1}),
+                  (1, np.int64(2))):  # none reads back as itself from its text
+        unprintable = Maker(value)
+        for _ in range(2):
+            kept_value("plan", ("op", repr(value)), unprintable)
+        assert unprintable.calls == 2, value
     assert not folder.exists() or not list(folder.iterdir())
 
 
@@ -119,3 +132,13 @@ def test_a_setting_that_cannot_be_hashed_still_keys(folder, monkeypatch):
     again = Maker(1)
     assert kept_value("plan", ("op",), again) == 1 and again.calls == 1  # another setting
     assert kept_value("plan", ("op",), again) == 1 and again.calls == 1  # read back
+
+
+def test_an_entry_that_does_not_pickle_is_not_written_and_raises_nothing(tmp_path):
+    """A cache that cannot keep a program costs the next process a compile, never this call."""
+    compiled = jax.jit(lambda x: x + 1).lower(1.0).compile()
+    path = tmp_path / "entry.bin"
+    store.write(path, "key", compiled, extra=lambda: None)  # a local function: no pickle
+    assert not path.exists() and not list(tmp_path.iterdir())
+    store.write(path, "key", compiled, extra={"plain": 1})
+    assert store.read(path, "key") is not None
