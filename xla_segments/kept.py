@@ -143,7 +143,7 @@ def kept_value(what: str, key: tuple, make: Callable[[], Any]) -> Any:
     folder = store.folder(_VALUES)
     if folder is None or _trace_context is None or not _plain_value(key):
         return make()
-    text = repr((store.scope(_Owner.packages, _trace_context(), _printable), what, key))
+    text = repr((store.scope(_Owner.packages, _printable(_trace_context())), what, key))
     path = store.path_of(folder, text)
     found = store.read_value(path, text)
     if found is not store.MISSING:
@@ -251,7 +251,7 @@ class Persistent:
         if folder is None or not store.one_device():  # e.g. jax.distributed started meanwhile
             return None
         context, signature = key
-        text = repr((store.scope(_Owner.packages, context, _printable), self.program, signature))
+        text = repr((store.scope(_Owner.packages, _printable(context)), self.program, signature))
         return store.path_of(folder, text), text
 
     def _read(self, where: tuple[Any, str]) -> Any:

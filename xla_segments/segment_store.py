@@ -77,7 +77,7 @@ class SegmentStore:
         folder = store.folder(_SUBDIR)
         if folder is None or not store.one_device() or _trace_context is None:
             return None
-        full = repr((store.scope(_PACKAGES, _trace_context(), _printable), self.description,
+        full = repr((store.scope(_PACKAGES, settings_key()), self.description,
                      text))
         return store.path_of(folder, full), full
 
@@ -122,11 +122,7 @@ def settings_key() -> tuple:
     entry is keyed by them: values, and the type of anything else (outside a trace its one
     unprintable part, the axis environment, is empty). Call only where `_trace_context` exists."""
     assert _trace_context is not None
-    return _printable(_trace_context())
-
-
-def _printable(context: tuple) -> tuple:
-    return tuple(v if _plain(v) else type(v).__name__ for v in context)
+    return tuple(v if _plain(v) else type(v).__name__ for v in _trace_context())
 
 
 def describe(jaxpr: Any, consts: list, n_args: int) -> str | None:

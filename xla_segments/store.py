@@ -99,23 +99,22 @@ _SCOPES: dict[tuple, str] = {}
 _MAX_SCOPES = 64
 
 
-def scope(packages: Sequence[str], context: tuple, plain: Callable[[tuple], tuple]) -> str:
+def scope(packages: Sequence[str], context: tuple) -> str:
     """A digest of what every key made now in this thread shares: `environment(packages)`,
-    jax's `settings()` and the trace `context` (`plain(context)` the printable form a key holds).
-    Keys hold it instead of the text itself (5-6 KB, 0.1 ms to print and hash at each of the
-    hundreds of programs a warm first step loads); remembered per value of jax's settings,
-    which a process rarely changes."""
+    jax's `settings()` and the trace `context` in the printable form a key holds. Keys hold it
+    instead of the text itself (5-6 KB, 0.1 ms to print and hash at each of the hundreds of
+    programs a warm first step loads); remembered per value of jax's settings, which a process
+    rarely changes."""
     values = tuple(jax.config.values.values())
-    printable = plain(context)
     # what the text holds, with types: equal tuples of other types (1, True) print apart
-    seen = (tuple(packages), printable, tuple(map(type, printable)), values,
+    seen = (tuple(packages), context, tuple(map(type, context)), values,
             tuple(map(type, values)))
     try:
         found, hashable = _SCOPES.get(seen), True
     except TypeError:  # a setting (of another jax) that cannot be hashed: not remembered
         found, hashable = None, False
     if found is None:
-        text = repr((environment(packages), settings(), printable))
+        text = repr((environment(packages), settings(), context))
         found = hashlib.sha256(text.encode()).hexdigest()
         if hashable:
             if len(_SCOPES) >= _MAX_SCOPES:
