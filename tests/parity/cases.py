@@ -11,9 +11,13 @@ there and the case only has to raise here; `megengine_bug`: MegEngine 1.13 compu
 on the CPU (the text says what): the case returns `{"got": ..., "want": ...}`, `want` an
 independent reference computed in the case, and the test checks that this project's `got`
 matches it and MegEngine's does not (the evidence, kept; it fails once MegEngine is fixed);
-`isolated`: MegEngine's result depends on what ran before it in the process (a kernel reads
-memory it never wrote, which is clean in a fresh process), so the runner gives the case a
-process of its own on both sides.
+`megengine_unreliable`: MegEngine 1.13's value is sometimes right and sometimes garbage, even
+in a fresh process (the text says which kernel): the case returns `{"got": ..., "want": ...}`,
+`want` an independent reference computed in the case from the framework's own forward values,
+and the test checks that this project's `got` matches its `want` and that both sides' `want`
+agree (MegEngine's `got` is a coin and is not compared); `isolated`: MegEngine's result
+depends on what ran before it in the process (a kernel reads memory it never wrote), so the
+runner gives the case a process of its own on both sides.
 
 Cases on other topics live in the `cases_*.py` files beside this one; they import `case` and
 the helpers from `parity_cases` (this module, under a name that is the same whether it was
@@ -32,11 +36,14 @@ OPTIONS: dict[str, dict] = {}
 
 
 def case(rtol: float = 1e-5, atol: float = 1e-6, megengine_aborts: bool = False,
-         megengine_bug: str = "", isolated: bool = False) -> Callable:
+         megengine_bug: str = "", megengine_unreliable: str = "",
+         isolated: bool = False) -> Callable:
     def register(fn: Callable[[], dict]) -> Callable[[], dict]:
         CASES[fn.__name__] = fn
         OPTIONS[fn.__name__] = {"rtol": rtol, "atol": atol, "megengine_aborts": megengine_aborts,
-                                "megengine_bug": megengine_bug, "isolated": isolated}
+                                "megengine_bug": megengine_bug,
+                                "megengine_unreliable": megengine_unreliable,
+                                "isolated": isolated}
         return fn
     return register
 
