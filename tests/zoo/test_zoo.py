@@ -89,7 +89,10 @@ Randomness: only Faster R-CNN samples (`sample_labels`, in the RPN's anchor labe
 RCNN's RoIs), with `megengine.random.uniform`, whose stream differs from this project's. The
 runner sets `num_sample_anchors` and `num_rois` to 10**6, so `sample_labels` finds no more
 labels than it may keep and returns them all: nothing is sampled, and every loss entry is
-deterministic and compared. The other detectors assign labels without sampling.
+deterministic and compared. The other detectors assign labels without sampling. Faster
+R-CNN's backbone gradients are MegEngine's garbage (its `roi_align` backward, a different
+garbage in every run: `MEGENGINE_WRONG_GRADIENTS`): its losses and its RPN's and RCNN head's
+gradients are compared with MegEngine's, its backbone's with the `partial_trace` run's here.
 
 Runs when `MEGENGINE_PYTHON` names an interpreter with MegEngine 1.13 (see
 `tests/parity/test_parity.py`) and `MEGENGINE_MODELS` a checkout of MegEngine/Models:
@@ -130,14 +133,16 @@ GRAD_REL_L2_OF = {"resnet18": 2e-2, "freeanchor": 3e-2, "shufflenet_v2_x0_5": 2e
 # in float64, up to 1e-7 of it in float32 on either side; compared only to this absolute floor.
 NORM_FLOOR = 1e-6
 
-# Mismatches measured and not yet resolved (eager here against MegEngine, 128x128, batch 2).
-KNOWN_MISMATCHES = {
-    "faster_rcnn": "every loss entry agrees to 7e-7, but MegEngine's gradients of the bottom-up "
-                   "network are NaN (ours finite, |grad conv1| 1.519) and fpn_output2's "
-                   "gradient differs by relative L2 1.0. MegEngine 1.13's roi_align backward "
-                   "adds into a gradient buffer it never clears (tests/parity/"
-                   "cases_detection.py records it with finite differences), which the RCNN "
-                   "head's gradient passes through: MegEngine's side is the wrong one",
+# MegEngine's gradients of the parameters under a prefix are wrong: they are left out of the
+# comparison (losses and every other gradient are compared as usual), with the evidence.
+MEGENGINE_WRONG_GRADIENTS = {
+    "faster_rcnn": ("backbone.",
+                    "MegEngine 1.13's roi_align backward adds into a gradient buffer it never "
+                    "clears (tests/parity/cases_detection.py records it against finite "
+                    "differences), and the RCNN head's gradient reaches the backbone through "
+                    "it: MegEngine's backbone gradients are garbage that changes from run to "
+                    "run (|grad conv1| 1e11 to 2e24 in three runs, NaN in another; ours 1.519), "
+                    "while every loss entry and the RPN's and RCNN head's gradients agree"),
 }
 # MegEngine itself fails the step: no reference to compare with. An entry naming the
 # error MegEngine reports (`runner.py` catches it after saving the state) still runs this
@@ -300,7 +305,7 @@ def result(request, tmp_path_factory) -> tuple[str, dict[str, Any]]:
     return request.param, _run(request.param, tmp_path_factory)
 
 
-def test_step_agrees_with_megengine(result, request):
+def test_step_agrees_with_megengine(result):
     name, runs = result
     if "error" in runs["megengine"]:
         assert name in MEGENGINE_FAILS, f"{name}: MegEngine failed: {runs['megengine']['error']}"
@@ -308,10 +313,20 @@ def test_step_agrees_with_megengine(result, request):
         assert runs["megengine"]["error"].startswith(error), runs["megengine"]["error"]
         pytest.xfail(reason)
     assert name not in MEGENGINE_FAILS, f"{name}: MegEngine no longer fails; remove the entry"
-    if name in KNOWN_MISMATCHES:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISMATCHES[name]))
-    _compare(runs["eager"], runs["megengine"], f"{name} (eager vs MegEngine)", LOSS_RTOL,
-             LOSS_ATOL, GRAD_REL_L2_OF.get(name, GRAD_REL_L2))
+    ours, theirs = runs["eager"], runs["megengine"]
+    if name in MEGENGINE_WRONG_GRADIENTS:
+        prefix = MEGENGINE_WRONG_GRADIENTS[name][0]
+        ours, theirs = _without(ours, prefix), _without(theirs, prefix)
+        assert ours["grad_norms"], f"{name}: no gradient left outside {prefix}"
+    _compare(ours, theirs, f"{name} (eager vs MegEngine)", LOSS_RTOL, LOSS_ATOL,
+             GRAD_REL_L2_OF.get(name, GRAD_REL_L2))
+
+
+def _without(run: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """`run` without the gradients of the parameters whose names start with `prefix`."""
+    def keep(names: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in names.items() if not k.startswith(prefix)}
+    return {**run, "grad_norms": keep(run["grad_norms"]), "grads": keep(run["grads"])}
 
 
 def test_partial_trace_agrees_with_eager(result):
