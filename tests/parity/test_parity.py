@@ -126,8 +126,7 @@ def test_case_agrees_with_megengine(results, name):
     options = cases.OPTIONS[name]
     if options["megengine_bug"] and "raised" in theirs:  # the defect is that it raises
         assert "value" in ours, f"{name}: raised {ours['raised']}: {ours['message']}"
-        value = _decode(ours["value"])
-        _compare(value["got"], value["want"], name, options["rtol"], options["atol"])
+        _matches_reference(name, _decode(ours["value"]), options)
         return
     if "raised" in theirs:  # the exception classes differ by design: this project's own
         assert "raised" in ours, f"{name}: MegEngine raised {theirs['raised']}: " \
@@ -146,11 +145,9 @@ def test_case_agrees_with_megengine(results, name):
 
 def _check_bug(name: str, ours: dict, theirs: dict, options: dict) -> None:
     """A MegEngine defect kept as evidence: ours matches the reference, MegEngine's does not."""
-    rtol, atol = options["rtol"], options["atol"]
-    _compare(ours["got"], ours["want"], f"{name} (this project against the reference)", rtol,
-             atol)
+    _matches_reference(name, ours, options)
     try:
-        _compare(theirs["got"], theirs["want"], name, rtol, atol)
+        _compare(theirs["got"], theirs["want"], name, options["rtol"], options["atol"])
     except AssertionError:
         return
     pytest.fail(f"{name}: MegEngine now agrees with the reference; its bug "
@@ -160,10 +157,15 @@ def _check_bug(name: str, ours: dict, theirs: dict, options: dict) -> None:
 def _check_unreliable(name: str, ours: dict, theirs: dict, options: dict) -> None:
     """A MegEngine value that is right in some runs only: ours matches the reference made from
     our own forward, and that reference matches MegEngine's, made from its forward."""
-    rtol, atol = options["rtol"], options["atol"]
-    _compare(ours["got"], ours["want"], f"{name} (this project against the reference)", rtol,
-             atol)
-    _compare(ours["want"], theirs["want"], f"{name} (the references)", rtol, atol)
+    _matches_reference(name, ours, options)
+    _compare(ours["want"], theirs["want"], f"{name} (the references)", options["rtol"],
+             options["atol"])
+
+
+def _matches_reference(name: str, ours: dict, options: dict) -> None:
+    """This project's `got` against the independent reference `want` its case computed."""
+    _compare(ours["got"], ours["want"], f"{name} (this project against the reference)",
+             options["rtol"], options["atol"])
 
 
 def test_an_unreliable_megengine_value_is_checked_through_its_reference():
